@@ -1,0 +1,7 @@
+"""hooks2callbacks: run TF1 `SessionRunHook`s unchanged inside Keras training."""
+
+from hooks2callbacks._fetch import UnknownLogKeyError
+from hooks2callbacks.callback import HookCallback
+
+__all__ = ["HookCallback", "UnknownLogKeyError"]
+__version__ = "0.1.0"

@@ -1,0 +1,261 @@
+"""The one dispatch path: every call from the adapter into a hook goes through here.
+
+`HookRunner` lives for one run (a `fit`, one validation pass, an `evaluate`) and
+keeps TF1's `MonitoredSession` contract for it: list order, one shared
+`SessionRunContext` per step, one real graph run per step at most, stop
+requests, and what is skipped on error. `hooks2callbacks.callback` decides
+*when* to call it; this module decides *how* hooks are called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import tensorflow as tf
+
+from hooks2callbacks._fetch import Plan, compile_fetches
+from hooks2callbacks._graph import AdapterGraph, log_key_of
+from hooks2callbacks._session import AdapterSession
+
+SessionRunArgs = tf.compat.v1.train.SessionRunArgs
+SessionRunContext = tf.compat.v1.train.SessionRunContext
+SessionRunValues = tf.compat.v1.train.SessionRunValues
+
+HOOK_METHODS = ("begin", "after_create_session", "before_run", "after_run", "end")
+
+# Keras runs the step; hooks have no caller's fetches to see.
+_ORIGINAL_ARGS = SessionRunArgs(fetches=None)
+_NO_OPTIONS = tf.compat.v1.RunOptions()
+_NO_TRACE = tf.compat.v1.RunOptions.NO_TRACE
+
+
+class _Bound:
+    """A hook with its methods looked up once, and its fetch plan."""
+
+    __slots__ = ("hook", "before_name", "after_name", "before_run", "after_run", "cached", "plan")
+
+    def __init__(self, hook: Any) -> None:
+        self.hook = hook
+        self.before_name = f"{type(hook).__name__}.before_run"
+        self.after_name = f"{type(hook).__name__}.after_run"
+        self.before_run: Callable[..., Any] | None = getattr(hook, "before_run", None)
+        self.after_run: Callable[..., Any] | None = getattr(hook, "after_run", None)
+        self.cached: Plan | None = None
+        self.plan: Plan | None = None
+
+
+class LogsView(Mapping[Any, Any]):
+    """The results of a hook that fetched nothing: the step's logs, read-only.
+
+    Indexable by log key (`'loss'`, `'loss:0'`) and by the adapter graph's
+    tensor for a log key.
+    """
+
+    __slots__ = ("_logs", "_graph")
+
+    def __init__(self, logs: Mapping[str, Any], graph: AdapterGraph) -> None:
+        self._logs = logs
+        self._graph = graph
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            name = log_key_of(key)
+        else:
+            name = self._graph.placeholder_keys.get(key) if isinstance(key, tf.Tensor) else None
+        if name not in self._logs:
+            raise KeyError(f"{key!r} is not a log key of this step. Available log keys: {sorted(self._logs)}")
+        return self._logs[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._logs)
+
+    def __len__(self) -> int:
+        return len(self._logs)
+
+    def __repr__(self) -> str:
+        return f"LogsView({dict(self._logs)!r})"
+
+
+def _add_note(error: BaseException, note: str) -> None:
+    if hasattr(error, "add_note"):  # Python 3.11+
+        error.add_note(note)
+
+
+class HookRunner:
+    """Calls a list of hooks through one run, as `MonitoredSession` would.
+
+    Args:
+        hooks: The hooks, in call order.
+        model: The Keras model.
+        step: The global step at the start of the run.
+        advances: Whether the run's steps advance the global step (training).
+
+    Attributes:
+        graph: The adapter graph of this run.
+        session: What hooks get as their session.
+        step: The current global step.
+        logs: The logs of the latest finished step.
+        caller: `"HookClass.method"` of the hook call in progress, for messages.
+    """
+
+    def __init__(self, hooks: Sequence[Any], model: Any, step: int, advances: bool) -> None:
+        self.hooks = list(hooks)
+        self.model = model
+        self.step = step
+        self.advances = advances
+        self.logs: Mapping[str, Any] = {}
+        self.caller = "HookCallback"
+        self.graph = AdapterGraph()
+        self.session = AdapterSession(self)
+        self.coord = tf.compat.v1.train.Coordinator()
+        self.closed = False
+        self._bound = [_Bound(h) for h in self.hooks]
+        self._context: SessionRunContext | None = None
+        self._derived = False
+
+    # -- the TF1 events ------------------------------------------------------
+
+    def begin(self) -> None:
+        """Calls every `begin()`, seals the graph, then every `after_create_session`."""
+        with self._guard():
+            for hook in self.hooks:
+                self._call(hook, "begin")
+            self.graph.seal()
+            for hook in self.hooks:
+                self._call(hook, "after_create_session", self.session, self.coord)
+
+    def before_run(self) -> None:
+        """Calls every `before_run` with the step's shared context and compiles its fetches."""
+        self._context = context = SessionRunContext(_ORIGINAL_ARGS, self.session)
+        derived = False
+        with self._guard():
+            for bound in self._bound:
+                if bound.before_run is None:
+                    continue
+                args = self._invoke(bound.before_name, bound.before_run, context)
+                bound.plan = plan = None if args is None else self._plan(bound, args)
+                derived = derived or (plan is not None and bool(plan.derived))
+        self._derived = derived
+
+    def after_run(self, logs: Mapping[str, Any], steps: int) -> bool:
+        """Finishes the step: one graph run if needed, then every `after_run`.
+
+        Args:
+            logs: The logs Keras reported for the step.
+            steps: How many optimizer steps the batch callback covered.
+
+        Returns:
+            Whether a hook (or the coordinator) asked to stop.
+        """
+        context = self._context
+        stale = self.step
+        if self.advances:
+            self.step = stale + steps
+        self.logs = logs
+        with self._guard():
+            ran = self._run_derived(logs, stale) if self._derived else {}
+            for bound in self._bound:
+                plan = bound.plan
+                bound.plan = None
+                if bound.after_run is None:
+                    continue
+                results = LogsView(logs, self.graph) if plan is None else plan.resolve(logs, stale, ran)
+                self._invoke(bound.after_name, bound.after_run, context, SessionRunValues(results, _NO_OPTIONS, None))
+        return context.stop_requested or self.coord.should_stop()
+
+    def end(self) -> None:
+        """Calls every `end(session)`, then closes the run."""
+        with self._guard():
+            for hook in self.hooks:
+                self._call(hook, "end", self.session)
+        self.close()
+
+    def close(self) -> None:
+        """Releases the run: stops the coordinator, closes the session, flushes writers.
+
+        Called after `end()`, after an error in a hook, and for a run that an
+        error in Keras left open. Hooks' `end()` is not called here.
+        """
+        if self.closed:
+            return
+        self.closed = True
+        self.coord.request_stop()
+        try:
+            self.coord.join(stop_grace_period_secs=10, ignore_live_threads=True)
+        finally:
+            self.session.close()
+            _flush_summary_writers()
+
+    # -- the mechanism -------------------------------------------------------
+
+    def _call(self, hook: Any, method: str, *args: Any) -> Any:
+        fn = getattr(hook, method, None)
+        return None if fn is None else self._invoke(f"{type(hook).__name__}.{method}", fn, *args)
+
+    def _invoke(self, caller: str, fn: Callable[..., Any], *args: Any) -> Any:
+        self.caller = caller
+        try:
+            return fn(*args)
+        except BaseException as error:
+            _add_note(error, f"Raised by {caller}(), called by HookCallback.")
+            raise
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Makes the adapter graph the default graph, and closes the run on error."""
+        try:
+            with self.graph.as_default():
+                yield
+        except BaseException:
+            # TF1 skips end() after an error; the run is over either way.
+            self.close()
+            raise
+
+    def _plan(self, bound: _Bound, args: Any) -> Plan:
+        where = bound.before_name
+        if not isinstance(args, SessionRunArgs):
+            raise TypeError(
+                f"{where}() returned {args!r} of type {type(args).__name__}. It must return "
+                "None or tf.compat.v1.train.SessionRunArgs(fetches)."
+            )
+        if args.feed_dict:
+            raise ValueError(
+                f"{where}() returned SessionRunArgs with feed_dict={args.feed_dict!r}. Keras has "
+                "no feeds: its inputs come from the dataset given to fit()/evaluate(). Change the "
+                "data pipeline (tf.data map, or a keras.utils.PyDataset) instead of feeding."
+            )
+        if args.options is not None and args.options.trace_level != _NO_TRACE:
+            raise ValueError(
+                f"{where}() requested RunOptions with trace_level="
+                f"{tf.compat.v1.RunOptions.TraceLevel.Name(args.options.trace_level)}. Keras "
+                "steps cannot be traced through RunOptions; profile with "
+                "keras.callbacks.TensorBoard(profile_batch=...) instead."
+            )
+        cached = bound.cached
+        if cached is not None and cached.fetches is args.fetches:
+            return cached
+        bound.cached = plan = compile_fetches(args.fetches, self.graph, self.model, where)
+        return plan
+
+    def _run_derived(self, logs: Mapping[str, Any], stale: int) -> Mapping[Any, Any]:
+        """One real graph run for every hook's derived fetches, as TF1's merged run."""
+        derived: dict[Any, None] = {}
+        fed: set[str] = set()
+        for bound in self._bound:
+            if bound.plan is not None and bound.plan.derived:
+                derived.update(dict.fromkeys(bound.plan.derived))
+                fed.update(bound.plan.fed_keys)
+        self.caller = "HookCallback (the step's graph run)"
+        return self.session.run_graph(tuple(derived), tuple(sorted(fed)), logs, stale, self.caller)
+
+
+def _flush_summary_writers() -> None:
+    # Stock hooks write through SummaryWriterCache, which flushes only every
+    # 120 s; what they wrote must be on disk when fit() returns.
+    from tensorflow.python.summary.writer.writer_cache import FileWriterCache
+
+    with FileWriterCache._lock:  # pylint: disable=protected-access
+        writers = list(FileWriterCache._cache.values())  # pylint: disable=protected-access
+    for writer in writers:
+        writer.flush()

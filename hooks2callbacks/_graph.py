@@ -1,0 +1,125 @@
+"""The graph that hooks see: a TF1 graph whose tensors stand for Keras values.
+
+Hooks build ops in `begin()` against the default graph, look tensors up by name
+and fetch them. In Keras there is no such graph, so the adapter makes one per
+run (one `fit`, one validation pass, one `evaluate`):
+
+* a TF1-style global step: a non-resource `int64` variable named
+  `global_step` in the `GLOBAL_STEP` collection, plus TF's own cached read
+  tensor, so `tf.compat.v1.train.get_global_step()` and
+  `training_util._get_or_create_global_step_read()` find it;
+* one `float32` placeholder per Keras log key that a hook names. Keras often
+  builds its compiled metrics only at the first batch end, so the keys are not
+  known in `begin()`; a name that is not in the graph is taken to be a log key
+  and its placeholder is made on first lookup. Whether the key really exists is
+  checked at the first step that fetches it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.python.training import training_util
+
+# Names TF accepts for an op; anything else cannot be a graph lookup anyway.
+_OP_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/>]*$")
+
+
+def log_key_of(name: str) -> str:
+    """Returns the Keras log key a tensor name refers to (`'loss:0'` -> `'loss'`)."""
+    return name[:-2] if name.endswith(":0") else name
+
+
+class AdapterGraph(tf.Graph):
+    """A `tf.Graph` holding the global step and lazily made log-key tensors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log_tensors: dict[str, tf.Tensor] = {}
+        self.placeholder_keys: dict[tf.Tensor, str] = {}
+        with self.as_default():
+            self.global_step = tf.compat.v1.Variable(
+                0,
+                dtype=tf.int64,
+                trainable=False,
+                use_resource=False,
+                name="global_step",
+                collections=[
+                    tf.compat.v1.GraphKeys.GLOBAL_VARIABLES,
+                    tf.compat.v1.GraphKeys.GLOBAL_STEP,
+                ],
+            )
+            # Made here, through TF's own cache, so that hooks calling it later
+            # (StopAtStepHook, StepCounterHook) get a tensor we recognise.
+            read = training_util._get_or_create_global_step_read(self)  # pylint: disable=protected-access
+            self._step_feed = tf.compat.v1.placeholder(tf.int64, [], name="global_step_feed")
+            self.step_assign = tf.compat.v1.assign(self.global_step, self._step_feed).op
+        self.step_tensor_names = frozenset(
+            {self.global_step.name, self.global_step.value().name, read.name}
+        )
+        self.init_op: tf.Operation | None = None
+
+    # -- what the session needs --------------------------------------------
+
+    def step_feed(self, value: int) -> dict[tf.Tensor, int]:
+        """Returns the feed that sets the graph's global step to `value`."""
+        return {self._step_feed: value}
+
+    def seal(self) -> None:
+        """Builds the initializer and finalizes the graph, as TF1's Scaffold does."""
+        with self.as_default():
+            self.init_op = tf.group(
+                tf.compat.v1.global_variables_initializer(),
+                tf.compat.v1.local_variables_initializer(),
+                tf.compat.v1.tables_initializer(),
+                name="hooks2callbacks_init",
+            )
+        self.finalize()
+
+    def is_step(self, element: Any) -> bool:
+        """Whether `element` (a tensor or variable of this graph) is the global step."""
+        if element is self.global_step:
+            return True
+        return isinstance(element, tf.Tensor) and element.name in self.step_tensor_names
+
+    # -- lazy log-key tensors ----------------------------------------------
+
+    def as_graph_element(self, obj: Any, allow_tensor: bool = True, allow_operation: bool = True) -> Any:
+        try:
+            return super().as_graph_element(obj, allow_tensor, allow_operation)
+        except KeyError:
+            key = self._log_key_for_lookup(obj, allow_tensor)
+            if key is None:
+                raise
+            tensor = self.log_tensor(key)
+            return tensor if allow_tensor and (not allow_operation or ":" in obj) else tensor.op
+
+    def _log_key_for_lookup(self, obj: Any, allow_tensor: bool) -> str | None:
+        # Only output 0 of a plain op name can be a log key: LoggingTensorHook
+        # probes "name:1" to check a name is unambiguous, and must miss.
+        if not isinstance(obj, str) or not allow_tensor and ":" in obj:
+            return None
+        if ":" in obj and not obj.endswith(":0"):
+            return None
+        key = log_key_of(obj)
+        return key if _OP_NAME.match(key) else None
+
+    def log_tensor(self, key: str) -> tf.Tensor:
+        """Returns the placeholder standing for log key `key`, making it if needed."""
+        tensor = self.log_tensors.get(key)
+        if tensor is not None:
+            return tensor
+        sealed = self.finalized
+        if sealed:
+            self._unsafe_unfinalize()  # pylint: disable=protected-access
+        try:
+            with self.as_default(), self.name_scope(None):
+                tensor = tf.compat.v1.placeholder(tf.float32, shape=None, name=key)
+        finally:
+            if sealed:
+                self.finalize()
+        self.log_tensors[key] = tensor
+        self.placeholder_keys[tensor] = key
+        return tensor

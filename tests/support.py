@@ -1,0 +1,82 @@
+"""Shared test helpers: a small real model, data, and a recording hook."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+N_FEATURES = 8
+N_CLASSES = 3
+
+
+def make_data(n: int = 320, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Returns `n` random samples of a 3-class problem."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, N_FEATURES)).astype("float32")
+    y = (x[:, 0] > 0).astype("int64") + (x[:, 1] > 0).astype("int64")
+    return x, y
+
+
+def make_model(steps_per_execution: int = 1, metrics: tuple[str, ...] = ("accuracy",)) -> keras.Model:
+    """Returns a compiled small MLP."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((N_FEATURES,)),
+            keras.layers.Dense(16, activation="relu"),
+            keras.layers.Dense(N_CLASSES),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.05),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=list(metrics),
+        steps_per_execution=steps_per_execution,
+    )
+    return model
+
+
+class RecordingHook(tf.compat.v1.train.SessionRunHook):
+    """Records every call as `(name, event, detail)` into a shared list.
+
+    Args:
+        name: This hook's name in the record.
+        calls: The list to append to (shared across hooks to see the order).
+        fetches: What `before_run` asks for, or None.
+        stop_at: `request_stop()` in `after_run` when the stale global step reaches it.
+    """
+
+    def __init__(self, name: str, calls: list, fetches: Any = None, stop_at: int | None = None) -> None:
+        self.name = name
+        self.calls = calls
+        self.fetches = fetches
+        self.stop_at = stop_at
+        self.results: list[Any] = []
+        self.global_step: Any = None
+
+    def begin(self) -> None:
+        self.global_step = tf.compat.v1.train.get_global_step()
+        self.calls.append((self.name, "begin"))
+
+    def after_create_session(self, session, coord) -> None:
+        self.calls.append((self.name, "after_create_session"))
+
+    def before_run(self, run_context):
+        self.calls.append((self.name, "before_run", run_context.stop_requested))
+        fetches = {"step": self.global_step}
+        if self.fetches is not None:
+            fetches["user"] = self.fetches
+        return tf.compat.v1.train.SessionRunArgs(fetches)
+
+    def after_run(self, run_context, run_values) -> None:
+        step = int(run_values.results["step"])
+        self.results.append(run_values.results.get("user"))
+        self.calls.append((self.name, "after_run", step, run_context.stop_requested))
+        if self.stop_at is not None and step >= self.stop_at:
+            run_context.request_stop()
+
+    def end(self, session) -> None:
+        self.calls.append((self.name, "end"))
