@@ -115,13 +115,14 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
         key = log_key_of(name)
         if name in graph.step_tensor_names or key == graph.global_step.op.name:
             return _step
-        if key not in graph.log_tensors:
-            try:
-                element = graph.as_graph_element(name)
-            except (KeyError, ValueError) as error:
-                raise ValueError(f"{where} fetched {name!r}, which names nothing: {error}") from None
-            if element not in graph.placeholder_keys:
-                return graph_leaf(element)
+        element = graph.existing_element(name)
+        if element is not None:
+            return graph_leaf(element)
+        if ":" in name and not name.endswith(":0"):
+            raise ValueError(
+                f"{where} fetched {name!r}, which names no tensor of the adapter graph; "
+                "a Keras log key is fetched as 'key' or 'key:0'."
+            )
         return lambda logs, step, ran: log_value(logs, key, where)
 
     def graph_leaf(element: Any) -> Resolver:

@@ -38,7 +38,8 @@ class AdapterGraph(tf.Graph):
     def __init__(self) -> None:
         super().__init__()
         self.log_tensors: dict[str, tf.Tensor] = {}
-        self.placeholder_keys: dict[tf.Tensor, str] = {}
+        # The placeholder tensors and their ops, each to its log key.
+        self.placeholder_keys: dict[tf.Tensor | tf.Operation, str] = {}
         with self.as_default():
             self.global_step = tf.compat.v1.Variable(
                 0,
@@ -86,6 +87,13 @@ class AdapterGraph(tf.Graph):
 
     # -- lazy log-key tensors ----------------------------------------------
 
+    def existing_element(self, name: str) -> Any:
+        """Returns the tensor or op called `name`, or None; makes no log-key tensor."""
+        try:
+            return super().as_graph_element(name)
+        except (KeyError, ValueError):
+            return None
+
     def as_graph_element(self, obj: Any, allow_tensor: bool = True, allow_operation: bool = True) -> Any:
         try:
             return super().as_graph_element(obj, allow_tensor, allow_operation)
@@ -122,4 +130,5 @@ class AdapterGraph(tf.Graph):
                 self.finalize()
         self.log_tensors[key] = tensor
         self.placeholder_keys[tensor] = key
+        self.placeholder_keys[tensor.op] = key
         return tensor

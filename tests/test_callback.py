@@ -1,0 +1,198 @@
+"""HookCallback: the Keras-event mapping, stop, modes, reuse and construction checks."""
+
+from __future__ import annotations
+
+import keras
+import pytest
+import tensorflow as tf
+
+from hooks2callbacks import HookCallback
+from support import RecordingHook, make_data, make_model
+
+X, Y = make_data()  # 320 samples: 10 batches of 32
+
+
+def fit(model, hooks, **kwargs):
+    kwargs.setdefault("epochs", 1)
+    return model.fit(X, Y, batch_size=32, verbose=0, callbacks=[HookCallback(hooks)], **kwargs)
+
+
+def steps_seen(calls, name, event="after_run"):
+    return [c[2] for c in calls if c[0] == name and c[1] == event]
+
+
+def test_event_order_and_shared_stop_within_a_step():
+    calls: list = []
+    first = RecordingHook("first", calls, stop_at=2)
+    second = RecordingHook("second", calls)
+    fit(make_model(), [first, second])
+    expected = [("first", "begin"), ("second", "begin"),
+                ("first", "after_create_session"), ("second", "after_create_session")]
+    for step in range(3):
+        expected += [("first", "before_run", False), ("second", "before_run", False),
+                     ("first", "after_run", step, False), ("second", "after_run", step, step == 2)]
+    expected += [("first", "end"), ("second", "end")]
+    assert calls == expected
+
+
+def test_stop_request_stops_training_after_that_step():
+    model = make_model()
+    fit(model, RecordingHook("h", [], stop_at=4), epochs=5)
+    assert int(model.optimizer.iterations.numpy()) == 5
+
+
+def test_global_step_is_stale_and_continues_across_epochs_and_fits():
+    calls: list = []
+    model = make_model()
+    fit(model, RecordingHook("h", calls), epochs=2)
+    assert steps_seen(calls, "h") == list(range(20))
+    calls.clear()
+    fit(model, RecordingHook("h", calls), epochs=1)  # the same model: the step carries on
+    assert steps_seen(calls, "h") == list(range(20, 30))
+
+
+def test_steps_per_execution_sees_every_nth_step():
+    calls: list = []
+    model = make_model(steps_per_execution=5)
+    fit(model, RecordingHook("h", calls), epochs=2)
+    assert steps_seen(calls, "h") == [0, 5, 10, 15]
+    assert int(model.optimizer.iterations.numpy()) == 20
+
+
+def test_one_callback_is_reusable_across_fits_and_starts_fresh():
+    calls: list = []
+    hook = RecordingHook("h", calls)
+    callback = HookCallback(hook)
+    model = make_model()
+    graphs = []
+    for _ in range(2):
+        model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[callback])
+        graphs.append(hook.global_step.graph)
+    assert calls.count(("h", "begin")) == 2 and calls.count(("h", "end")) == 2
+    assert graphs[0] is not graphs[1]
+    assert steps_seen(calls, "h")[-1] == 19
+
+
+def test_train_mode_ignores_validation_and_eval_mode_runs_each_pass():
+    train_calls: list = []
+    eval_calls: list = []
+    train_hook = RecordingHook("train", train_calls)
+    eval_hook = RecordingHook("eval", eval_calls)
+    x_val, y_val = make_data(64, seed=1)
+    make_model().fit(
+        X, Y, batch_size=32, epochs=2, verbose=0, validation_data=(x_val, y_val),
+        callbacks=[HookCallback(train_hook), HookCallback(eval_hook, mode="eval")],
+    )
+    assert len(steps_seen(train_calls, "train")) == 20
+    # Two validation passes of 2 batches, each a whole begin..end, at the train step reached.
+    events = [c[1] for c in eval_calls]
+    one_pass = ["begin", "after_create_session", "before_run", "after_run", "before_run", "after_run", "end"]
+    assert events == one_pass * 2
+    assert steps_seen(eval_calls, "eval") == [10, 10, 20, 20]
+
+
+def test_eval_mode_with_evaluate_and_stop_evaluating():
+    calls: list = []
+    model = make_model()
+    hook = RecordingHook("h", calls, fetches="loss")
+    stopper = RecordingHook("stop", [], stop_at=0)
+    seen: list = []
+
+    class Count(keras.callbacks.Callback):
+        def on_test_batch_end(self, batch, logs=None):
+            seen.append(logs["loss"])
+
+    model.evaluate(X, Y, batch_size=32, verbose=0, callbacks=[HookCallback([hook, stopper], mode="eval"), Count()])
+    assert len(seen) == 1  # stopped after the first batch
+    assert hook.results == seen
+    assert calls[-1] == ("h", "end")
+
+
+def test_predict_mode_sees_outputs():
+    hook = RecordingHook("h", [], fetches="outputs")
+    out = make_model().predict(X[:64], batch_size=32, verbose=0, callbacks=[HookCallback(hook, mode="predict")])
+    assert len(hook.results) == 2
+    assert hook.results[0].shape == (32, 3)
+    assert (hook.results[1] == out[32:]).all()
+
+
+@pytest.mark.parametrize(
+    "mode, call",
+    [
+        ("train", lambda m, cb: m.evaluate(X, Y, verbose=0, callbacks=[cb])),
+        ("train", lambda m, cb: m.predict(X, verbose=0, callbacks=[cb])),
+        ("eval", lambda m, cb: m.predict(X, verbose=0, callbacks=[cb])),
+        ("predict", lambda m, cb: m.fit(X, Y, verbose=0, callbacks=[cb])),
+        ("predict", lambda m, cb: m.evaluate(X, Y, verbose=0, callbacks=[cb])),
+    ],
+)
+def test_callback_passed_to_a_loop_of_another_mode_is_an_error(mode, call):
+    with pytest.raises(ValueError, match=rf"HookCallback\(mode='{mode}'.*Use HookCallback\(\.\.\., mode="):
+        call(make_model(), HookCallback(RecordingHook("h", []), mode=mode))
+
+
+def test_repr_names_mode_and_hooks():
+    callback = HookCallback([tf.compat.v1.train.StopAtStepHook(last_step=1), RecordingHook("h", [])], mode="eval")
+    assert repr(callback) == "HookCallback(mode='eval', hooks=[StopAtStepHook, RecordingHook])"
+
+
+class OnlyAfterRun:
+    def __init__(self):
+        self.results = []
+
+    def after_run(self, run_context, run_values):
+        self.results.append(run_values.results)
+
+
+def test_duck_typed_hook_with_one_method_gets_the_logs_view():
+    hook = OnlyAfterRun()
+    seen: list = []
+
+    class Logs(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append(dict(logs))
+
+    model = make_model()
+    model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[HookCallback(hook), Logs()])
+    assert [dict(r) for r in hook.results] == seen
+    view = hook.results[-1]
+    assert view["loss"] == view["loss:0"] == seen[-1]["loss"]
+    with pytest.raises(TypeError):
+        view["loss"] = 1.0  # read-only
+
+
+class Nothing:
+    pass
+
+
+@pytest.mark.parametrize(
+    "hooks, error, message",
+    [
+        (Nothing(), TypeError, r"takes a hook or a sequence of hooks, got .*Nothing.*begin, after_create_session"),
+        ("hook", TypeError, r"takes a hook or a sequence of hooks, got 'hook' of type str"),
+        (42, TypeError, r"got 42 of type int"),
+        ([OnlyAfterRun(), Nothing()], TypeError, r"item 1 is .*Nothing.*none of the hook methods"),
+        ([tf.compat.v1.train.FeedFnHook(lambda: {})], TypeError, r"FeedFnHook.*not from feeds.*tf.data.Dataset.map"),
+    ],
+)
+def test_constructor_rejects_non_hooks(hooks, error, message):
+    with pytest.raises(error, match=message):
+        HookCallback(hooks)
+
+
+def test_constructor_rejects_a_hook_listed_twice():
+    hook = OnlyAfterRun()
+    with pytest.raises(ValueError, match=r"item 1 \(OnlyAfterRun\) appears twice"):
+        HookCallback([hook, hook])
+
+
+@pytest.mark.parametrize("mode", ["training", "TRAIN", None, 1])
+def test_constructor_rejects_bad_mode(mode):
+    with pytest.raises(ValueError, match=r"mode=\.\.\.\) must be one of \('train', 'eval', 'predict'\)"):
+        HookCallback(OnlyAfterRun(), mode=mode)
+
+
+def test_empty_hook_list_is_a_no_op():
+    model = make_model()
+    model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[HookCallback([])])
+    assert int(model.optimizer.iterations.numpy()) == 10
