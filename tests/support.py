@@ -7,6 +7,7 @@ from typing import Any
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.training import training_util
 
 N_FEATURES = 8
 N_CLASSES = 3
@@ -58,7 +59,11 @@ class RecordingHook(tf.compat.v1.train.SessionRunHook):
         self.global_step: Any = None
 
     def begin(self) -> None:
-        self.global_step = tf.compat.v1.train.get_global_step()
+        if tf.compat.v1.train.get_global_step() is None:
+            raise RuntimeError("RecordingHook needs a global step in the default graph")
+        # As the stock hooks do: in TF1 only this tensor is read before the
+        # step's increment (a fetched variable races with it).
+        self.global_step = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
         self.calls.append((self.name, "begin"))
 
     def after_create_session(self, session, coord) -> None:

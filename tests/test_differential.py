@@ -1,0 +1,59 @@
+"""The same recording hooks under TF1's MonitoredSession and under HookCallback."""
+
+from __future__ import annotations
+
+import pytest
+import tensorflow as tf
+from tensorflow.python.training import training_util
+
+from hooks2callbacks import HookCallback
+from support import RecordingHook, make_data, make_model
+
+X, Y = make_data()
+STEPS_PER_EPOCH = 10
+
+
+def run_tf1(hooks, max_steps):
+    """Trains a graph-mode model under a real MonitoredSession; the input ends after max_steps."""
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        # TF1 hooks read the step through this tensor; ordering it before the
+        # increment makes its value the stale one, as StopAtStepHook assumes.
+        read = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
+        with tf.control_dependencies([read]):
+            train_op = tf.compat.v1.assign_add(global_step, 1)
+        with tf.compat.v1.train.MonitoredSession(hooks=hooks) as session:
+            for _ in range(max_steps):
+                if session.should_stop():
+                    break
+                session.run(train_op)
+
+
+def run_keras(hooks, max_steps):
+    model = make_model()
+    model.fit(X, Y, batch_size=32, epochs=max_steps // STEPS_PER_EPOCH, verbose=0, callbacks=[HookCallback(hooks)])
+    return int(model.optimizer.iterations.numpy())
+
+
+@pytest.mark.parametrize("stop_at", [None, 0, 3, 9, 14])
+@pytest.mark.parametrize("n_hooks", [1, 3])
+def test_call_sequence_matches_monitored_session(stop_at, n_hooks):
+    records = {}
+    for system, run in (("tf1", run_tf1), ("keras", run_keras)):
+        calls: list = []
+        hooks = [RecordingHook(f"h{i}", calls, stop_at=stop_at if i == n_hooks - 1 else None) for i in range(n_hooks)]
+        run(hooks, max_steps=20)
+        records[system] = calls
+    assert records["keras"] == records["tf1"]
+    assert records["tf1"][-1][1] == "end"
+
+
+@pytest.mark.parametrize("kwargs", [dict(num_steps=7), dict(last_step=13), dict(last_step=40)])
+def test_stop_at_step_hook_stops_where_tf1_stops(kwargs):
+    records = {}
+    for system, run in (("tf1", run_tf1), ("keras", run_keras)):
+        calls: list = []
+        hooks = [RecordingHook("rec", calls), tf.compat.v1.train.StopAtStepHook(**kwargs)]
+        run(hooks, max_steps=20)
+        records[system] = calls
+    assert records["keras"] == records["tf1"]
