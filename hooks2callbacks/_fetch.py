@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.eager import context
 
 from hooks2callbacks._graph import AdapterGraph, log_key_of
 
@@ -69,7 +70,8 @@ def log_value(logs: Mapping[str, Any], key: str, where: str) -> Any:
 
 def read_variable(variable: Any) -> Any:
     """Reads an eager TF or Keras variable from inside the adapter graph's context."""
-    with tf.init_scope():
+    # tf.init_scope does not leave a graph entered with as_default().
+    with context.eager_mode():
         return keras.ops.convert_to_numpy(variable)
 
 

@@ -1,0 +1,206 @@
+"""Fetch resolution: structures, every kind of leaf, and the errors for bad fetches."""
+
+from __future__ import annotations
+
+import collections
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from hooks2callbacks import HookCallback, UnknownLogKeyError
+from support import make_data, make_model
+
+X, Y = make_data()
+Pair = collections.namedtuple("Pair", ["loss", "step"])
+
+
+class FetchHook:
+    """Fetches `build()` (called in begin, inside the adapter graph) every step."""
+
+    def __init__(self, build):
+        self.build = build
+        self.results = []
+
+    def begin(self):
+        self.fetches = self.build(tf.compat.v1.get_default_graph())
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self.fetches)
+
+    def after_run(self, run_context, run_values):
+        self.results.append(run_values.results)
+
+
+class KerasLogs(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.logs = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.logs.append(dict(logs))
+
+
+def fit_with(hook, epochs=1, model=None):
+    model = model or make_model()
+    logs = KerasLogs()
+    model.fit(X, Y, batch_size=32, epochs=epochs, verbose=0, callbacks=[HookCallback(hook), logs])
+    return logs.logs
+
+
+def test_nested_structure_keeps_its_shape_and_keras_values():
+    hook = FetchHook(lambda g: {
+        "by_name": ["loss", "accuracy:0"],
+        "pair": Pair(g.get_tensor_by_name("loss:0"), tf.compat.v1.train.get_global_step()),
+        "tuple": ("global_step:0", collections.OrderedDict(a="loss")),
+    })
+    logs = fit_with(hook)
+    for step, (results, keras_logs) in enumerate(zip(hook.results, logs)):
+        loss, accuracy = keras_logs["loss"], keras_logs["accuracy"]
+        assert results == {
+            "by_name": [loss, accuracy],
+            "pair": Pair(loss, step),
+            "tuple": (step, collections.OrderedDict(a=loss)),
+        }
+        assert type(results["pair"]) is Pair and type(results["tuple"][1]) is collections.OrderedDict
+        # Not coerced: exactly the Python float Keras reported.
+        assert type(results["by_name"][0]) is float
+    assert type(hook.results[0]["pair"].step) is np.int64
+
+
+def test_derived_ops_run_with_the_log_values_fed():
+    hook = FetchHook(lambda g: {
+        "double": g.get_tensor_by_name("loss:0") * 2.0,
+        "step_plus": tf.compat.v1.train.get_global_step() + 100,
+        "group": tf.no_op(),
+    })
+    logs = fit_with(hook)
+    for step, (results, keras_logs) in enumerate(zip(hook.results, logs)):
+        assert results["double"] == pytest.approx(2 * keras_logs["loss"], rel=1e-6)
+        assert results["step_plus"] == step + 100  # the stale step, as in TF1's merged run
+        assert results["group"] is None
+
+
+def test_optimizer_iterations_counts_as_the_global_step():
+    model = make_model()
+    hook = FetchHook(lambda g: model.optimizer.iterations)
+    fit_with(hook, model=model)
+    assert hook.results == list(range(10))
+
+
+def test_eager_variables_give_their_current_value():
+    counter = tf.Variable(5.0)
+    keras_var = keras.Variable(3.0)
+
+    class Bump(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            counter.assign_add(1.0)
+
+    hook = FetchHook(lambda g: [counter, keras_var])
+    model = make_model()
+    model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[Bump(), HookCallback(hook)])
+    assert [float(r[0]) for r in hook.results] == [6.0 + i for i in range(10)]
+    assert all(float(r[1]) == 3.0 for r in hook.results)
+
+
+def test_op_count_is_constant_over_many_steps():
+    counts = []
+
+    class Count(FetchHook):
+        def after_run(self, run_context, run_values):
+            super().after_run(run_context, run_values)
+            counts.append(len(run_context.session.graph.get_operations()))
+
+    hook = Count(lambda g: {"l": "loss", "a": g.get_tensor_by_name("accuracy:0"), "d": g.get_tensor_by_name("loss:0") + 1})
+    fit_with(hook, epochs=12)
+    assert len(counts) == 120 and len(set(counts)) == 1
+
+
+def test_tensor_names_looked_up_in_the_first_before_run_work():
+    class LateLookup:
+        def before_run(self, run_context):
+            graph = run_context.session.graph
+            return tf.compat.v1.train.SessionRunArgs(graph.get_tensor_by_name("accuracy:0"))
+
+        def after_run(self, run_context, run_values):
+            self.last = run_values.results
+
+    hook = LateLookup()
+    logs = fit_with(hook)
+    assert hook.last == logs[-1]["accuracy"]
+
+
+def test_logs_view_is_indexable_by_tensor():
+    class Tutorial:
+        def begin(self):
+            self.loss = tf.compat.v1.get_default_graph().get_tensor_by_name("loss:0")
+
+        def after_run(self, run_context, run_values):
+            self.last = run_values.results[self.loss]
+
+    hook = Tutorial()
+    logs = fit_with(hook)
+    assert hook.last == logs[-1]["loss"]
+
+
+def run_one_fetch(fetches_or_build):
+    build = fetches_or_build if callable(fetches_or_build) else (lambda g: fetches_or_build)
+    fit_with(FetchHook(build))
+
+
+FOREIGN = tf.Graph()
+with FOREIGN.as_default():
+    FOREIGN_TENSOR = tf.constant(1.0, name="foreign")
+
+
+def _set_generator(g):
+    return (x for x in ["loss"])
+
+
+@pytest.mark.parametrize(
+    "fetches, error, message",
+    [
+        ("no_such_metric", UnknownLogKeyError, r"FetchHook.before_run fetched the Keras log key 'no_such_metric'.*Available log keys: \['accuracy', 'loss'\]"),
+        (["loss", {"x": "acc"}], UnknownLogKeyError, r"'acc'.*Available log keys: \['accuracy', 'loss'\]"),
+        ("loss:1", ValueError, r"FetchHook.before_run fetched 'loss:1', which names no tensor"),
+        (None, TypeError, r"FetchHook.before_run fetched None of type NoneType. Accepted: a Keras log key"),
+        (np.zeros(2), TypeError, r"fetched .* of type ndarray"),
+        ({"loss"}, TypeError, r"fetched \{'loss'\} of type set"),
+        (_set_generator, TypeError, r"of type generator"),
+        (FOREIGN_TENSOR, ValueError, r"FetchHook.before_run fetched .*foreign.*belongs to another graph"),
+        (lambda g: _deep(120), ValueError, r"nested deeper than 100 levels"),
+    ],
+)
+def test_bad_fetches_are_clear_errors(fetches, error, message):
+    with pytest.raises(error, match=message):
+        run_one_fetch(fetches)
+
+
+def _deep(depth):
+    fetch = "loss"
+    for _ in range(depth):
+        fetch = [fetch]
+    return fetch
+
+
+@pytest.mark.parametrize(
+    "args, error, message",
+    [
+        ("loss", TypeError, r"BadArgs.before_run\(\) returned 'loss' of type str. It must return None or tf.compat.v1.train.SessionRunArgs"),
+        ({"fetches": "loss"}, TypeError, r"returned \{'fetches': 'loss'\} of type dict"),
+        (tf.compat.v1.train.SessionRunArgs("loss", feed_dict={"x:0": 1}), ValueError, r"feed_dict=.*Keras has no feeds"),
+        (
+            tf.compat.v1.train.SessionRunArgs("loss", options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)),
+            ValueError,
+            r"trace_level=FULL_TRACE.*keras.callbacks.TensorBoard\(profile_batch=",
+        ),
+    ],
+)
+def test_bad_before_run_results_are_clear_errors(args, error, message):
+    class BadArgs:
+        def before_run(self, run_context):
+            return args
+
+    with pytest.raises(error, match=message):
+        fit_with(BadArgs())

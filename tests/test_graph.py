@@ -1,0 +1,50 @@
+"""The adapter graph: the TF1 global step and log-key tensors made on lookup."""
+
+from __future__ import annotations
+
+import pytest
+import tensorflow as tf
+from tensorflow.python.training import training_util
+
+from hooks2callbacks._graph import AdapterGraph
+
+
+def test_global_step_is_found_the_tf1_ways():
+    graph = AdapterGraph()
+    with graph.as_default():
+        step = tf.compat.v1.train.get_global_step()
+        assert step is graph.global_step
+        assert step.dtype.base_dtype == tf.int64 and not step.trainable
+        assert graph.get_tensor_by_name("global_step:0").dtype == tf.int64_ref  # not a resource handle
+        read = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
+        assert graph.is_step(read) and graph.is_step(step) and graph.is_step(step.value())
+
+
+def test_an_unknown_name_becomes_a_log_key_tensor_once():
+    graph = AdapterGraph()
+    loss = graph.get_tensor_by_name("loss:0")
+    assert loss.op.type == "Placeholder" and loss.dtype == tf.float32
+    assert graph.as_graph_element("loss:0") is loss
+    assert graph.get_operation_by_name("loss") is loss.op
+    assert graph.placeholder_keys[loss] == "loss"
+    assert graph.existing_element("accuracy") is None  # looking without making
+
+
+def test_other_outputs_and_invalid_names_still_miss():
+    graph = AdapterGraph()
+    graph.get_tensor_by_name("loss:0")
+    # LoggingTensorHook probes "name:1" to reject ambiguous names.
+    with pytest.raises(KeyError):
+        graph.as_graph_element("loss:1")
+    with pytest.raises(KeyError):
+        graph.as_graph_element("has space:0")
+
+
+def test_log_key_tensors_can_be_made_after_the_graph_is_sealed():
+    graph = AdapterGraph()
+    graph.seal()
+    assert graph.finalized
+    accuracy = graph.get_tensor_by_name("accuracy:0")
+    assert graph.finalized and accuracy.op.type == "Placeholder"
+    with pytest.raises(RuntimeError, match="finalized"), graph.as_default():
+        tf.constant(1.0)
