@@ -15,7 +15,7 @@ def test_global_step_is_found_the_tf1_ways():
         step = tf.compat.v1.train.get_global_step()
         assert step is graph.global_step
         assert step.dtype.base_dtype == tf.int64 and not step.trainable
-        assert graph.get_tensor_by_name("global_step:0").dtype == tf.int64_ref  # not a resource handle
+        assert graph.get_tensor_by_name("global_step:0").dtype._is_ref_dtype  # not a resource handle
         read = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
         assert graph.is_step(read) and graph.is_step(step) and graph.is_step(step.value())
 
