@@ -33,12 +33,13 @@ _NO_TRACE = tf.compat.v1.RunOptions.NO_TRACE
 class _Bound:
     """A hook with its methods looked up once, and its fetch plan."""
 
-    __slots__ = ("hook", "before_name", "after_name", "before_run", "after_run", "cached", "plan")
+    __slots__ = ("hook", "before_name", "after_name", "fetch_name", "before_run", "after_run", "cached", "plan")
 
     def __init__(self, hook: Any) -> None:
         self.hook = hook
-        self.before_name = f"{type(hook).__name__}.before_run"
-        self.after_name = f"{type(hook).__name__}.after_run"
+        self.before_name = f"{type(hook).__name__}.before_run()"
+        self.after_name = f"{type(hook).__name__}.after_run()"
+        self.fetch_name = f"the fetches of {type(hook).__name__}.before_run"
         self.before_run: Callable[..., Any] | None = getattr(hook, "before_run", None)
         self.after_run: Callable[..., Any] | None = getattr(hook, "after_run", None)
         self.cached: Plan | None = None
@@ -160,7 +161,10 @@ class HookRunner:
                 bound.plan = None
                 if bound.after_run is None:
                     continue
-                results = LogsView(logs, self.graph) if plan is None else plan.resolve(logs, stale, ran)
+                if plan is None:
+                    results = LogsView(logs, self.graph)
+                else:
+                    results = self._invoke(bound.fetch_name, plan.resolve, logs, stale, ran)
                 self._invoke(bound.after_name, bound.after_run, context, SessionRunValues(results, _NO_OPTIONS, None))
         return context.stop_requested or self.coord.should_stop()
 
@@ -191,14 +195,14 @@ class HookRunner:
 
     def _call(self, hook: Any, method: str, *args: Any) -> Any:
         fn = getattr(hook, method, None)
-        return None if fn is None else self._invoke(f"{type(hook).__name__}.{method}", fn, *args)
+        return None if fn is None else self._invoke(f"{type(hook).__name__}.{method}()", fn, *args)
 
     def _invoke(self, caller: str, fn: Callable[..., Any], *args: Any) -> Any:
         self.caller = caller
         try:
             return fn(*args)
         except BaseException as error:
-            _add_note(error, f"Raised by {caller}(), called by HookCallback.")
+            _add_note(error, f"Raised in {caller}, called by HookCallback.")
             raise
 
     @contextlib.contextmanager
@@ -216,18 +220,18 @@ class HookRunner:
         where = bound.before_name
         if not isinstance(args, SessionRunArgs):
             raise TypeError(
-                f"{where}() returned {args!r} of type {type(args).__name__}. It must return "
+                f"{where} returned {args!r} of type {type(args).__name__}. It must return "
                 "None or tf.compat.v1.train.SessionRunArgs(fetches)."
             )
         if args.feed_dict:
             raise ValueError(
-                f"{where}() returned SessionRunArgs with feed_dict={args.feed_dict!r}. Keras has "
+                f"{where} returned SessionRunArgs with feed_dict={args.feed_dict!r}. Keras has "
                 "no feeds: its inputs come from the dataset given to fit()/evaluate(). Change the "
                 "data pipeline (tf.data map, or a keras.utils.PyDataset) instead of feeding."
             )
         if args.options is not None and args.options.trace_level != _NO_TRACE:
             raise ValueError(
-                f"{where}() requested RunOptions with trace_level="
+                f"{where} requested RunOptions with trace_level="
                 f"{tf.compat.v1.RunOptions.TraceLevel.Name(args.options.trace_level)}. Keras "
                 "steps cannot be traced through RunOptions; profile with "
                 "keras.callbacks.TensorBoard(profile_batch=...) instead."

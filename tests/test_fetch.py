@@ -161,14 +161,14 @@ def _set_generator(g):
 @pytest.mark.parametrize(
     "fetches, error, message",
     [
-        ("no_such_metric", UnknownLogKeyError, r"FetchHook.before_run fetched the Keras log key 'no_such_metric'.*Available log keys: \['accuracy', 'loss'\]"),
+        ("no_such_metric", UnknownLogKeyError, r"FetchHook.before_run\(\) fetched the Keras log key 'no_such_metric'.*Available log keys: \['accuracy', 'loss'\]"),
         (["loss", {"x": "acc"}], UnknownLogKeyError, r"'acc'.*Available log keys: \['accuracy', 'loss'\]"),
-        ("loss:1", ValueError, r"FetchHook.before_run fetched 'loss:1', which names no tensor"),
-        (None, TypeError, r"FetchHook.before_run fetched None of type NoneType. Accepted: a Keras log key"),
+        ("loss:1", ValueError, r"FetchHook.before_run\(\) fetched 'loss:1', which names no tensor"),
+        (None, TypeError, r"FetchHook.before_run\(\) fetched None of type NoneType. Accepted: a Keras log key"),
         (np.zeros(2), TypeError, r"fetched .* of type ndarray"),
         ({"loss"}, TypeError, r"fetched \{'loss'\} of type set"),
         (_set_generator, TypeError, r"of type generator"),
-        (FOREIGN_TENSOR, ValueError, r"FetchHook.before_run fetched .*foreign.*belongs to another graph"),
+        (FOREIGN_TENSOR, ValueError, r"FetchHook.before_run\(\) fetched .*foreign.*belongs to another graph"),
         (lambda g: _deep(120), ValueError, r"nested deeper than 100 levels"),
     ],
 )
