@@ -196,3 +196,91 @@ def test_empty_hook_list_is_a_no_op():
     model = make_model()
     model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[HookCallback([])])
     assert int(model.optimizer.iterations.numpy()) == 10
+
+
+class Boom(Exception):
+    pass
+
+
+class FailingHook(RecordingHook):
+    """A RecordingHook whose `method` raises on the given step (counted by before_run calls)."""
+
+    def __init__(self, calls, method, on_step=2):
+        super().__init__("failing", calls)
+        self.method = method
+        self.on_step = on_step
+        self.steps = 0
+
+    def _maybe_fail(self, method):
+        if method == self.method and (method in ("begin", "after_create_session", "end") or self.steps > self.on_step):
+            raise Boom(method)
+
+    def begin(self):
+        super().begin()
+        self._maybe_fail("begin")
+
+    def after_create_session(self, session, coord):
+        self.session = session
+        super().after_create_session(session, coord)
+        self._maybe_fail("after_create_session")
+
+    def before_run(self, run_context):
+        self.steps += 1
+        args = super().before_run(run_context)
+        self._maybe_fail("before_run")
+        return args
+
+    def after_run(self, run_context, run_values):
+        super().after_run(run_context, run_values)
+        self._maybe_fail("after_run")
+
+    def end(self, session):
+        super().end(session)
+        self._maybe_fail("end")
+
+
+@pytest.mark.parametrize("method", ["begin", "after_create_session", "before_run", "after_run", "end"])
+def test_an_error_in_a_hook_propagates_with_a_note_and_skips_the_rest(method):
+    calls: list = []
+    failing = FailingHook(calls, method)
+    after = RecordingHook("after", calls)
+    callback = HookCallback([failing, after])
+    model = make_model()
+    with pytest.raises(Boom) as info:
+        model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[callback])
+    assert f"Raised in FailingHook.{method}(), called by HookCallback." in info.value.__notes__
+    events = [(name, event) for name, event, *_ in calls]
+    # The failing call is the last one: later hooks, after_run of the step and end() are skipped.
+    assert events[-1] == ("failing", method)
+    if method != "end":
+        assert ("after", "end") not in events and ("failing", "end") not in events
+    # The run is closed, and the same callback works again.
+    assert callback._runner is None or callback._runner.closed
+    failing.method = None
+    calls.clear()
+    model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[callback])
+    assert calls[-1] == ("after", "end")
+
+
+def test_an_error_in_the_model_step_is_cleaned_up_at_the_next_begin():
+    class FailsOnFifthBatch(keras.layers.Layer):
+        def __init__(self):
+            super().__init__()
+            self.count = self.add_weight(shape=(), initializer="zeros", trainable=False)
+
+        def call(self, x):
+            self.count.assign_add(1.0)
+            tf.debugging.assert_less(self.count, 5.0, message="fifth batch")
+            return x
+
+    calls: list = []
+    model = make_model()
+    failing_model = keras.Sequential([FailsOnFifthBatch(), model])
+    failing_model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    callback = HookCallback(RecordingHook("h", calls))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="fifth batch"):
+        failing_model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[callback])
+    left_open = callback._runner
+    assert ("h", "end") not in calls and not left_open.closed
+    callback.close()
+    assert left_open.closed and callback._runner is None
