@@ -1,0 +1,251 @@
+"""`python -m hooks2callbacks`: TF1 hooks, unchanged, inside Keras 3 `fit` and `evaluate`.
+
+Trains a small classifier on scikit-learn's handwritten digits (8x8 images,
+bundled with scikit-learn, so no download) with stock TF1 hooks and a custom
+duck-typed hook run through `HookCallback`, then evaluates it with a TF1
+logging hook. The hooks' log lines and a short summary go to stdout.
+
+Needs scikit-learn: `pip install "hooks2callbacks[demo]"`.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Quiet TensorFlow's C++ start-up chatter and pick Keras's TF backend; both only
+# take effect if set before TensorFlow and Keras are first imported.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import logging  # noqa: E402
+import math  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from typing import Any, Iterator, Sequence  # noqa: E402
+
+_DEMO_EXTRA_HINT = (
+    "The hooks2callbacks demo needs scikit-learn (for its bundled digits data set). "
+    'Install it with:  pip install "hooks2callbacks[demo]"'
+)
+
+
+class StepRecorderHook:
+    """A custom hook: a plain class, not a `SessionRunHook` subclass.
+
+    `HookCallback` accepts any object with some of the hook methods. This one
+    fetches the global step and the Keras log key `"loss"` at every step and
+    records them, and notes the step at which another hook requested a stop
+    (the `SessionRunContext` is shared by all hooks of a step).
+
+    Attributes:
+        records: `(global_step, loss)` per step. The step is the stale value
+            from before the step's own increment, as in TF1; the loss is the
+            epoch-to-date mean that Keras logs.
+        stop_seen_at: The number of steps done when a stop was first
+            requested, or None.
+        ended: Whether `end()` was called.
+    """
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, float]] = []
+        self.stop_seen_at: int | None = None
+        self.ended = False
+        self._fetches: dict[str, Any] | None = None
+
+    def begin(self) -> None:
+        import tensorflow as tf
+
+        # As TF1 hooks do: look graph elements up in begin(); "loss" is a Keras log key.
+        self._fetches = {"step": tf.compat.v1.train.get_global_step(), "loss": "loss"}
+
+    def before_run(self, run_context: Any) -> Any:
+        import tensorflow as tf
+
+        return tf.compat.v1.train.SessionRunArgs(self._fetches)
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        step = int(run_values.results["step"])
+        self.records.append((step, float(run_values.results["loss"])))
+        if run_context.stop_requested and self.stop_seen_at is None:
+            self.stop_seen_at = step + 1
+
+    def end(self, session: Any) -> None:
+        self.ended = True
+
+
+@contextlib.contextmanager
+def _show_tensorflow_logs(stream: Any) -> Iterator[None]:
+    """Shows the `tensorflow` logger's INFO lines (where TF1 hooks log) on `stream`.
+
+    The logger's level, handlers and propagation are restored afterwards.
+    """
+    logger = logging.getLogger("tensorflow")
+    saved = (logger.level, list(logger.handlers), logger.propagate)
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("  [tensorflow %(levelname)s] %(message)s"))
+    logger.handlers = [handler]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        handler.flush()
+        logger.setLevel(saved[0])
+        logger.handlers = saved[1]
+        logger.propagate = saved[2]
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m hooks2callbacks",
+        description=(
+            "Demo: train a small Keras model on scikit-learn's handwritten digits with "
+            "TF1 SessionRunHooks (StopAtStepHook, LoggingTensorHook, NanTensorHook and a "
+            "custom hook) run through hooks2callbacks.HookCallback."
+        ),
+    )
+
+    def positive_int(text: str) -> int:
+        value = int(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+        return value
+
+    parser.add_argument("--last-step", type=positive_int, default=300,
+                        help="StopAtStepHook(last_step=...): the training step to stop at (default: 300)")
+    parser.add_argument("--log-every", type=positive_int, default=50,
+                        help="LoggingTensorHook(every_n_iter=...) during training (default: 50)")
+    parser.add_argument("--epochs", type=positive_int, default=100,
+                        help="fit(epochs=...): an upper bound; StopAtStepHook normally stops first (default: 100)")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="batch size (default: 32)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed for the split and the model (default: 0)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the demo: trains and evaluates with TF1 hooks, and prints a summary.
+
+    Args:
+        argv: Command-line arguments, without the program name; None reads
+            `sys.argv[1:]`.
+
+    Returns:
+        The exit status: 0 on success, 1 if scikit-learn is not installed.
+    """
+    args = _parse_args(argv)
+    try:
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+    except ImportError:
+        print(_DEMO_EXTRA_HINT, file=sys.stderr)
+        return 1
+
+    import keras
+    import tensorflow as tf
+
+    from hooks2callbacks import HookCallback
+
+    started = time.perf_counter()
+    out = sys.stdout
+
+    # -- data and model --------------------------------------------------------
+    digits = load_digits()
+    x = (digits.data / 16.0).astype("float32")
+    y = digits.target.astype("int64")
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, y, test_size=0.2, stratify=y, random_state=args.seed
+    )
+    steps_per_epoch = math.ceil(len(x_train) / args.batch_size)
+
+    keras.utils.set_random_seed(args.seed)
+    model = keras.Sequential(
+        [
+            keras.Input((x.shape[1],)),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+
+    # -- the hooks: stock TF1 hooks, unchanged, plus a duck-typed one ----------
+    stop_hook = tf.compat.v1.train.StopAtStepHook(last_step=args.last_step)
+    # "global_step" is a graph tensor name, "loss" and "accuracy" are Keras log keys.
+    train_logging_hook = tf.compat.v1.train.LoggingTensorHook(
+        {"step": "global_step", "loss": "loss", "accuracy": "accuracy"}, every_n_iter=args.log_every
+    )
+    nan_hook = tf.compat.v1.train.NanTensorHook("loss")
+    recorder = StepRecorderHook()
+    train_hooks = [stop_hook, train_logging_hook, nan_hook, recorder]
+    eval_logging_hook = tf.compat.v1.train.LoggingTensorHook(
+        {"loss": "loss", "accuracy": "accuracy"}, every_n_iter=4, at_end=True
+    )
+
+    print(
+        f"hooks2callbacks demo: digits, {len(x_train)} train / {len(x_test)} test samples, "
+        f"{x.shape[1]} features, 10 classes",
+        file=out,
+    )
+    print(
+        f"Training with batch size {args.batch_size} ({steps_per_epoch} steps per epoch), "
+        f"up to {args.epochs} epochs, hooks: {', '.join(type(h).__name__ for h in train_hooks)}",
+        file=out,
+    )
+    out.flush()
+
+    with _show_tensorflow_logs(out):
+        history = model.fit(
+            x_train,
+            y_train,
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+            verbose=0,
+            callbacks=[HookCallback(train_hooks)],
+        )
+        print("Evaluating on the test set, hooks: LoggingTensorHook (every 4 batches and at end)", file=out)
+        out.flush()
+        scores = model.evaluate(
+            x_test,
+            y_test,
+            batch_size=args.batch_size,
+            verbose=0,
+            return_dict=True,
+            callbacks=[HookCallback([eval_logging_hook], mode="eval")],
+        )
+
+    # -- summary ------------------------------------------------------------------
+    steps = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+    epoch = (steps - 1) // steps_per_epoch + 1 if steps else 0
+    batch = (steps - 1) % steps_per_epoch + 1 if steps else 0
+    if recorder.stop_seen_at is not None:
+        why = f"StopAtStepHook requested a stop (last_step={args.last_step})"
+    elif len(history.epoch) >= args.epochs:
+        why = f"fit() ran all {args.epochs} epochs before last_step={args.last_step}"
+    else:
+        why = "unknown"
+
+    print("Summary", file=out)
+    print(f"  steps trained (model.optimizer.iterations): {steps}", file=out)
+    print(f"  stopped at step {steps}, epoch {epoch} batch {batch}/{steps_per_epoch}: {why}", file=out)
+    if recorder.records:
+        first_step, first_loss = recorder.records[0]
+        last_step, last_loss = recorder.records[-1]
+        print(
+            f"  StepRecorderHook: {len(recorder.records)} steps recorded; loss {first_loss:.4f} "
+            f"at global step {first_step} -> {last_loss:.4f} at global step {last_step} "
+            "(stale step, epoch-mean loss)",
+            file=out,
+        )
+    print(f"  test loss {scores['loss']:.4f}, test accuracy {scores['accuracy']:.4f}", file=out)
+    print(f"  done in {time.perf_counter() - started:.1f} s", file=out)
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,79 @@
+"""Tests of the `python -m hooks2callbacks` demo."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from hooks2callbacks.__main__ import main
+
+
+def _hook_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip().startswith("[tensorflow INFO]")]
+
+
+def test_demo_stops_at_requested_step_and_shows_hook_output(capsys):
+    logger = logging.getLogger("tensorflow")
+    before = (logger.level, list(logger.handlers), logger.propagate)
+
+    assert main(["--last-step", "20", "--log-every", "5"]) == 0
+
+    out = capsys.readouterr().out
+    assert "steps trained (model.optimizer.iterations): 20" in out
+    assert "stopped at step 20, epoch 1 batch 20/45: StopAtStepHook requested a stop (last_step=20)" in out
+    assert "StepRecorderHook: 20 steps recorded" in out
+    assert "at global step 0 ->" in out and "at global step 19 (" in out
+    accuracy = re.search(r"test accuracy (\d\.\d+)", out)
+    assert accuracy is not None and 0.0 <= float(accuracy.group(1)) <= 1.0
+
+    training, _, evaluation = out.partition("Evaluating on the test set")
+    # LoggingTensorHook(every_n_iter=5) over 20 steps logs at iterations 0, 5, 10, 15,
+    # with the stale global step, as in TF1.
+    train_lines = _hook_lines(training)
+    assert len(train_lines) == 4, out
+    assert [re.search(r"step = (\d+)", line).group(1) for line in train_lines] == ["0", "5", "10", "15"]
+    assert all("loss = " in line and "accuracy = " in line for line in train_lines)
+    # Eval: 12 batches, every 4 iterations (0, 4, 8) and at_end.
+    assert len(_hook_lines(evaluation)) == 4, out
+
+    # The demo restores the tensorflow logger it reconfigured.
+    assert (logger.level, list(logger.handlers), logger.propagate) == before
+
+
+def test_missing_scikit_learn_exits_with_install_hint(monkeypatch, capsys):
+    # A None entry in sys.modules makes importing that module raise ImportError.
+    for name in ("sklearn", "sklearn.datasets", "sklearn.model_selection"):
+        monkeypatch.setitem(sys.modules, name, None)
+
+    assert main([]) == 1
+
+    err = capsys.readouterr().err
+    assert 'pip install "hooks2callbacks[demo]"' in err
+
+
+def test_rejects_non_positive_last_step(capsys):
+    with pytest.raises(SystemExit) as raised:
+        main(["--last-step", "0"])
+    assert raised.value.code == 2
+    assert "--last-step" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_python_dash_m_runs_the_demo():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run(
+        [sys.executable, "-m", "hooks2callbacks", "--last-step", "10", "--log-every", "5"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "stopped at step 10" in result.stdout
+    assert "StopAtStepHook requested a stop (last_step=10)" in result.stdout
+    assert len(_hook_lines(result.stdout)) >= 2
