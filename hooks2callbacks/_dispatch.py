@@ -9,7 +9,6 @@ requests, and what is skipped on error. `hooks2callbacks.callback` decides
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import tensorflow as tf
@@ -44,6 +43,25 @@ class _Bound:
         self.after_run: Callable[..., Any] | None = getattr(hook, "after_run", None)
         self.cached: Plan | None = None
         self.plan: Plan | None = None
+
+
+class _Guard:
+    """The adapter graph as default graph; on an exception, the run is closed."""
+
+    __slots__ = ("_runner", "_scope")
+
+    def __init__(self, runner: HookRunner) -> None:
+        self._runner = runner
+        self._scope = runner.graph.scope
+
+    def __enter__(self) -> None:
+        self._scope.__enter__()
+
+    def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
+        self._scope.__exit__(kind, error, tb)
+        if error is not None:
+            # TF1 skips end() after an error; the run is over either way.
+            self._runner.close()
 
 
 class LogsView(Mapping[Any, Any]):
@@ -114,6 +132,7 @@ class HookRunner:
         self._bound = [_Bound(h) for h in self.hooks]
         self._context: SessionRunContext | None = None
         self._derived = False
+        self._guard_scope = _Guard(self)
 
     # -- the TF1 events ------------------------------------------------------
 
@@ -156,16 +175,20 @@ class HookRunner:
         self.logs = logs
         with self._guard():
             ran = self._run_derived(logs, stale) if self._derived else {}
+            logs_values = None  # read-only, so one per step serves every hook
             for bound in self._bound:
                 plan = bound.plan
                 bound.plan = None
                 if bound.after_run is None:
                     continue
                 if plan is None:
-                    results = LogsView(logs, self.graph)
+                    if logs_values is None:
+                        logs_values = SessionRunValues(LogsView(logs, self.graph), _NO_OPTIONS, None)
+                    values = logs_values
                 else:
                     results = self._invoke(bound.fetch_name, plan.resolve, logs, stale, ran)
-                self._invoke(bound.after_name, bound.after_run, context, SessionRunValues(results, _NO_OPTIONS, None))
+                    values = SessionRunValues(results, _NO_OPTIONS, None)
+                self._invoke(bound.after_name, bound.after_run, context, values)
         return context.stop_requested or self.coord.should_stop()
 
     def end(self) -> None:
@@ -205,16 +228,9 @@ class HookRunner:
             _add_note(error, f"Raised in {caller}, called by HookCallback.")
             raise
 
-    @contextlib.contextmanager
-    def _guard(self) -> Iterator[None]:
+    def _guard(self) -> _Guard:
         """Makes the adapter graph the default graph, and closes the run on error."""
-        try:
-            with self.graph.as_default():
-                yield
-        except BaseException:
-            # TF1 skips end() after an error; the run is over either way.
-            self.close()
-            raise
+        return self._guard_scope
 
     def _plan(self, bound: _Bound, args: Any) -> Plan:
         where = bound.before_name

@@ -48,3 +48,24 @@ def test_log_key_tensors_can_be_made_after_the_graph_is_sealed():
     assert graph.finalized and accuracy.op.type == "Placeholder"
     with pytest.raises(RuntimeError, match="finalized"), graph.as_default():
         tf.constant(1.0)
+
+
+def test_default_graph_scope_does_what_as_default_does():
+    graph = AdapterGraph()
+    seen = {}
+    for name, make in (("as_default", graph.as_default), ("scope", lambda: graph.scope)):
+        assert tf.executing_eagerly()
+        with make():
+            seen[name] = (
+                tf.compat.v1.get_default_graph() is graph,
+                tf.executing_eagerly(),
+                tf.compat.v1.train.get_global_step() is graph.global_step,
+                tf.constant(1.0).graph is graph,
+            )
+            with tf.init_scope():  # stays in the graph, as it does under as_default()
+                seen[name] += (tf.executing_eagerly(),)
+            with graph.scope:  # re-entrant
+                pass
+            seen[name] += (tf.compat.v1.get_default_graph() is graph, tf.executing_eagerly())
+        assert tf.executing_eagerly() and tf.compat.v1.get_default_graph() is not graph
+    assert seen["scope"] == seen["as_default"] == (True, False, True, True, False, True, False)
