@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks._fetch import Plan, compile_fetches
@@ -46,19 +47,23 @@ class _Bound:
 
 
 class _Guard:
-    """The adapter graph as default graph; on an exception, the run is closed."""
+    """The adapter graph as default graph; on an exception, the run is closed.
 
-    __slots__ = ("_runner", "_scope")
+    A flat context manager (see `DefaultGraphScope`): it is entered twice a step.
+    """
+
+    __slots__ = ("_runner", "_enter", "_exit")
 
     def __init__(self, runner: HookRunner) -> None:
         self._runner = runner
-        self._scope = runner.graph.scope
+        self._enter = runner.graph.scope.__enter__
+        self._exit = runner.graph.scope.__exit__
 
     def __enter__(self) -> None:
-        self._scope.__enter__()
+        self._enter()
 
     def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
-        self._scope.__exit__(kind, error, tb)
+        self._exit(kind, error, tb)
         if error is not None:
             # TF1 skips end() after an error; the run is over either way.
             self._runner.close()
@@ -121,7 +126,7 @@ class HookRunner:
     def __init__(self, hooks: Sequence[Any], model: Any, step: int, advances: bool) -> None:
         self.hooks = list(hooks)
         self.model = model
-        self.step = step
+        self.step = np.int64(step)
         self.advances = advances
         self.logs: Mapping[str, Any] = {}
         self.caller = "HookCallback"

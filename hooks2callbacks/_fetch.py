@@ -25,7 +25,8 @@ from tensorflow.python.eager import context
 
 from hooks2callbacks._graph import AdapterGraph, log_key_of
 
-# resolve(logs, step, ran) -> results; `ran` maps derived elements to values.
+# resolve(logs, step, ran) -> results. `step` is a numpy int64, as TF1 returns the
+# int64 variable's value; `ran` maps derived elements to their values.
 Resolver = Callable[[Mapping[str, Any], int, Mapping[Any, Any]], Any]
 
 ACCEPTED = (
@@ -161,9 +162,8 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
 _MAX_DEPTH = 100
 
 
-def _step(logs: Mapping[str, Any], step: int, ran: Mapping[Any, Any]) -> np.int64:
-    # TF1 returns the int64 variable's value as a numpy scalar.
-    return np.int64(step)
+def _step(logs: Mapping[str, Any], step: np.int64, ran: Mapping[Any, Any]) -> np.int64:
+    return step
 
 
 def _is_graph_variable(obj: Any) -> bool:
