@@ -9,6 +9,7 @@ requests, and what is skipped on error. `hooks2callbacks.callback` decides
 
 from __future__ import annotations
 
+import typing
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -18,9 +19,7 @@ from hooks2callbacks._fetch import Plan, compile_fetches
 from hooks2callbacks._graph import AdapterGraph, log_key_of
 from hooks2callbacks._session import AdapterSession
 
-SessionRunArgs = tf.compat.v1.train.SessionRunArgs
-SessionRunContext = tf.compat.v1.train.SessionRunContext
-SessionRunValues = tf.compat.v1.train.SessionRunValues
+from tensorflow.python.training.session_run_hook import SessionRunArgs, SessionRunContext, SessionRunValues
 
 HOOK_METHODS = ("begin", "after_create_session", "before_run", "after_run", "end")
 
@@ -83,11 +82,12 @@ class LogsView(Mapping[Any, Any]):
         self._graph = graph
 
     def __getitem__(self, key: Any) -> Any:
+        name: str | None
         if isinstance(key, str):
             name = log_key_of(key)
         else:
             name = self._graph.placeholder_keys.get(key) if isinstance(key, tf.Tensor) else None
-        if name not in self._logs:
+        if name is None or name not in self._logs:
             raise KeyError(f"{key!r} is not a log key of this step. Available log keys: {sorted(self._logs)}")
         return self._logs[name]
 
@@ -173,7 +173,7 @@ class HookRunner:
         Returns:
             Whether a hook (or the coordinator) asked to stop.
         """
-        context = self._context
+        context = typing.cast(SessionRunContext, self._context)  # set by before_run
         stale = self.step
         if self.advances:
             self.step = stale + steps
@@ -263,7 +263,7 @@ class HookRunner:
         bound.cached = plan = compile_fetches(args.fetches, self.graph, self.model, where)
         return plan
 
-    def _run_derived(self, logs: Mapping[str, Any], stale: int) -> Mapping[Any, Any]:
+    def _run_derived(self, logs: Mapping[str, Any], stale: np.int64) -> Mapping[Any, Any]:
         """One real graph run for every hook's derived fetches, as TF1's merged run."""
         derived: dict[Any, None] = {}
         fed: set[str] = set()

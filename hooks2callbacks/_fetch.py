@@ -27,7 +27,7 @@ from hooks2callbacks._graph import AdapterGraph, log_key_of
 
 # resolve(logs, step, ran) -> results. `step` is a numpy int64, as TF1 returns the
 # int64 variable's value; `ran` maps derived elements to their values.
-Resolver = Callable[[Mapping[str, Any], int, Mapping[Any, Any]], Any]
+Resolver = Callable[[Mapping[str, Any], np.int64, Mapping[Any, Any]], Any]
 
 ACCEPTED = (
     "a Keras log key (str such as 'loss' or 'loss:0'), a tensor or op of the "
@@ -142,16 +142,16 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
             raise ValueError(f"{where} fetched a structure nested deeper than {_MAX_DEPTH} levels.")
         if isinstance(obj, collections.abc.Mapping):
             items = [(k, node(v, depth + 1)) for k, v in obj.items()]
-            make = type(obj) if type(obj) in (dict, collections.OrderedDict) else dict
+            make: Callable[..., Any] = type(obj) if type(obj) in (dict, collections.OrderedDict) else dict
             return lambda logs, step, ran: make([(k, f(logs, step, ran)) for k, f in items])
         if isinstance(obj, tuple) and hasattr(obj, "_fields"):
             parts = [node(v, depth + 1) for v in obj]
-            cls = type(obj)
-            return lambda logs, step, ran: cls(*[f(logs, step, ran) for f in parts])
+            fields: Callable[..., Any] = type(obj)
+            return lambda logs, step, ran: fields(*[f(logs, step, ran) for f in parts])
         if isinstance(obj, (list, tuple)):
             parts = [node(v, depth + 1) for v in obj]
-            cls = type(obj)
-            return lambda logs, step, ran: cls([f(logs, step, ran) for f in parts])
+            sequence: Callable[..., Any] = type(obj)
+            return lambda logs, step, ran: sequence([f(logs, step, ran) for f in parts])
         return leaf(obj)
 
     resolve = node(fetches, 0)

@@ -108,7 +108,7 @@ class AdapterGraph(tf.Graph):
 
     # -- what the session needs --------------------------------------------
 
-    def step_feed(self, value: int) -> dict[tf.Tensor, int]:
+    def step_feed(self, value: Any) -> dict[tf.Tensor, Any]:
         """Returns the feed that sets the graph's global step to `value`."""
         return {self._step_feed: value}
 

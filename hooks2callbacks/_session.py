@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
+import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks._fetch import compile_fetches, log_value
@@ -30,7 +31,7 @@ class AdapterSession:
     def __init__(self, runner: HookRunner) -> None:
         self._runner = runner
         self._session: tf.compat.v1.Session | None = None
-        self._synced_step: int | None = None
+        self._synced_step: np.int64 | None = None
 
     @property
     def graph(self) -> tf.Graph:
@@ -72,7 +73,7 @@ class AdapterSession:
         derived: tuple[Any, ...],
         fed_keys: tuple[str, ...],
         logs: Mapping[str, Any],
-        step: int,
+        step: np.int64,
         where: str,
         feed_dict: Mapping[Any, Any] | None = None,
         options: tf.compat.v1.RunOptions | None = None,
