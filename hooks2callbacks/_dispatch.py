@@ -19,7 +19,12 @@ from hooks2callbacks._fetch import Plan, compile_fetches
 from hooks2callbacks._graph import AdapterGraph, log_key_of
 from hooks2callbacks._session import AdapterSession
 
-from tensorflow.python.training.session_run_hook import SessionRunArgs, SessionRunContext, SessionRunValues
+from tensorflow.python.training.session_run_hook import (
+    SessionRunArgs,
+    SessionRunContext,
+    SessionRunHook,
+    SessionRunValues,
+)
 
 HOOK_METHODS = ("begin", "after_create_session", "before_run", "after_run", "end")
 
@@ -27,6 +32,14 @@ HOOK_METHODS = ("begin", "after_create_session", "before_run", "after_run", "end
 _ORIGINAL_ARGS = SessionRunArgs(fetches=None)
 _NO_OPTIONS = tf.compat.v1.RunOptions()
 _NO_TRACE = tf.compat.v1.RunOptions.NO_TRACE
+
+
+def _overridden(hook: Any, method: str) -> Callable[..., Any] | None:
+    """Returns `hook.method`, or None when it is missing or SessionRunHook's no-op."""
+    fn = getattr(hook, method, None)
+    if getattr(type(hook), method, None) is getattr(SessionRunHook, method):
+        return None
+    return fn
 
 
 class _Bound:
@@ -39,8 +52,8 @@ class _Bound:
         self.before_name = f"{type(hook).__name__}.before_run()"
         self.after_name = f"{type(hook).__name__}.after_run()"
         self.fetch_name = f"the fetches of {type(hook).__name__}.before_run"
-        self.before_run: Callable[..., Any] | None = getattr(hook, "before_run", None)
-        self.after_run: Callable[..., Any] | None = getattr(hook, "after_run", None)
+        self.before_run = _overridden(hook, "before_run")
+        self.after_run = _overridden(hook, "after_run")
         self.cached: Plan | None = None
         self.plan: Plan | None = None
 
@@ -238,6 +251,15 @@ class HookRunner:
         return self._guard_scope
 
     def _plan(self, bound: _Bound, args: Any) -> Plan:
+        cached = bound.cached
+        if (
+            type(args) is SessionRunArgs
+            and cached is not None
+            and cached.fetches is args.fetches
+            and args.feed_dict is None
+            and args.options is None
+        ):
+            return cached  # the stock hooks' case: the same fetches every step
         where = bound.before_name
         if not isinstance(args, SessionRunArgs):
             raise TypeError(
@@ -257,7 +279,6 @@ class HookRunner:
                 "steps cannot be traced through RunOptions; profile with "
                 "keras.callbacks.TensorBoard(profile_batch=...) instead."
             )
-        cached = bound.cached
         if cached is not None and cached.fetches is args.fetches:
             return cached
         bound.cached = plan = compile_fetches(args.fetches, self.graph, self.model, where)

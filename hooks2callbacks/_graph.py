@@ -95,9 +95,12 @@ class AdapterGraph(tf.Graph):
                     tf.compat.v1.GraphKeys.GLOBAL_STEP,
                 ],
             )
-            # Made here, through TF's own cache, so that hooks calling it later
-            # (StopAtStepHook, StepCounterHook) get a tensor we recognise.
-            read = training_util._get_or_create_global_step_read(self)  # pylint: disable=protected-access
+            # Put in TF's own cache, so hooks that ask for it (StopAtStepHook,
+            # StepCounterHook) get a tensor we recognise. TF would build a
+            # tf.cond guarding an uninitialised step; ours is always initialised.
+            with self.name_scope("global_step/"):
+                read = tf.math.add(self.global_step.value(), 0, name="read_value")
+            self.add_to_collection(training_util.GLOBAL_STEP_READ_KEY, read)
             self._step_feed = tf.compat.v1.placeholder(tf.int64, [], name="global_step_feed")
             self.step_assign = tf.compat.v1.assign(self.global_step, self._step_feed).op
         self.step_tensor_names = frozenset(

@@ -1,0 +1,172 @@
+"""Shared pieces of the benchmark scripts: models, data, the hook stacks, machine info.
+
+Not part of the library; imported by `benchmarks/overhead.py`, `benchmarks/soak.py`
+and `benchmarks/profile_adapted.py` (run them from the repository root or from
+`benchmarks/`; each script puts its own folder on `sys.path`).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import platform
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+
+# Layer widths per model: inputs, hidden..., classes.
+MODELS = {
+    "small": (32, 64, 10),
+    "mid": (512, 1024, 1024, 10),
+}
+BATCH = 32
+# Distinct batches in the synthetic data set; it is repeated forever.
+N_BATCHES = 64
+SEED = 1234
+
+
+def synthetic_arrays(widths: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Returns (x, y): BATCH * N_BATCHES random samples for an MLP of `widths`."""
+    rng = np.random.default_rng(SEED)
+    n = BATCH * N_BATCHES
+    x = rng.standard_normal((n, widths[0]), dtype=np.float32)
+    y = rng.integers(0, widths[-1], size=(n,), dtype=np.int64)
+    return x, y
+
+
+def synthetic_dataset(widths: tuple[int, ...]) -> Any:
+    """An endless `tf.data.Dataset` of (x, y) batches of BATCH, the same in every variant."""
+    import tensorflow as tf
+
+    x, y = synthetic_arrays(widths)
+    return (
+        tf.data.Dataset.from_tensor_slices((x, y))
+        .batch(BATCH, drop_remainder=True)
+        .repeat()
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+def keras_mlp(widths: tuple[int, ...]) -> Any:
+    """A compiled Keras MLP: Dense(relu) hidden layers, logits out, Adam, accuracy metric."""
+    import keras
+
+    keras.utils.set_random_seed(SEED)
+    layers = [keras.Input((widths[0],))]
+    layers += [keras.layers.Dense(w, activation="relu") for w in widths[1:-1]]
+    layers += [keras.layers.Dense(widths[-1])]
+    model = keras.Sequential(layers)
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return model
+
+
+def stock_hooks(output_dir: str, loss: Any = "loss") -> list[Any]:
+    """The four stock hooks of the "adapted" and "tf1" variants (fresh instances).
+
+    `loss` is what NanTensorHook watches: the log key "loss" under the adapter;
+    in TF1 the loss tensor itself (there a bare name would fetch the op, None).
+    """
+    import tensorflow as tf
+
+    train = tf.compat.v1.train
+    return [
+        train.StopAtStepHook(last_step=10**9),
+        train.LoggingTensorHook(["loss", "accuracy"], every_n_iter=100),
+        train.NanTensorHook(loss),
+        train.StepCounterHook(every_n_steps=100, output_dir=output_dir),
+    ]
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU, Python and library versions, the load average and the git state."""
+    import keras
+    import tensorflow as tf
+
+    model_name = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model_name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    affinity: int | None
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = os.cpu_count()
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(
+                ["git", *args], cwd=here, capture_output=True, text=True, timeout=10, check=False
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    commit = git("rev-parse", "--short", "HEAD")
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": affinity,
+        "cpu_model": model_name,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "numpy": np.__version__,
+        "devices": [d.device_type for d in tf.config.list_physical_devices()],
+        "loadavg": list(os.getloadavg()),
+        "git": commit + ("-dirty" if dirty else ""),
+        "hooks2callbacks_sources": source_digest(),
+        "hooks2callbacks_file": _package_file(),
+    }
+
+
+def _package_file() -> str:
+    import hooks2callbacks
+
+    return os.path.abspath(hooks2callbacks.__file__)
+
+
+def source_digest() -> str:
+    """A short hash of the hooks2callbacks sources in use, to tie results to the code."""
+    import hashlib
+
+    import hooks2callbacks
+
+    folder = os.path.dirname(os.path.abspath(hooks2callbacks.__file__))
+    digest = hashlib.sha1()
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            with open(os.path.join(folder, name), "rb") as f:
+                digest.update(name.encode() + b"\0" + f.read())
+    return digest.hexdigest()[:12]
+
+
+def read_rss_kb() -> int:
+    """VmRSS of this process in kB, from /proc/self/status."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS line in /proc/self/status")
+
+
+def count_fds() -> int:
+    """Open file descriptors of this process (entries of /proc/self/fd)."""
+    return len(os.listdir("/proc/self/fd"))
+
+
+def python_line() -> str:
+    return f"Python {sys.version.split()[0]}"
