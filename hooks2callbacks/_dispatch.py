@@ -150,13 +150,14 @@ class HookRunner:
         self._bound = [_Bound(h) for h in self.hooks]
         self._context: SessionRunContext | None = None
         self._derived = False
-        self._guard_scope = _Guard(self)
+        # Makes the adapter graph the default graph, and closes the run on error.
+        self._guard = _Guard(self)
 
     # -- the TF1 events ------------------------------------------------------
 
     def begin(self) -> None:
         """Calls every `begin()`, seals the graph, then every `after_create_session`."""
-        with self._guard():
+        with self._guard:
             for hook in self.hooks:
                 self._call(hook, "begin")
             self.graph.seal()
@@ -167,7 +168,7 @@ class HookRunner:
         """Calls every `before_run` with the step's shared context and compiles its fetches."""
         self._context = context = SessionRunContext(_ORIGINAL_ARGS, self.session)
         derived = False
-        with self._guard():
+        with self._guard:
             for bound in self._bound:
                 if bound.before_run is None:
                     continue
@@ -191,7 +192,7 @@ class HookRunner:
         if self.advances:
             self.step = stale + steps
         self.logs = logs
-        with self._guard():
+        with self._guard:
             ran = self._run_derived(logs, stale) if self._derived else {}
             logs_values = None  # read-only, so one per step serves every hook
             for bound in self._bound:
@@ -211,7 +212,7 @@ class HookRunner:
 
     def end(self) -> None:
         """Calls every `end(session)`, then closes the run."""
-        with self._guard():
+        with self._guard:
             for hook in self.hooks:
                 self._call(hook, "end", self.session)
         self.close()
@@ -245,10 +246,6 @@ class HookRunner:
         except BaseException as error:
             _add_note(error, f"Raised in {caller}, called by HookCallback.")
             raise
-
-    def _guard(self) -> _Guard:
-        """Makes the adapter graph the default graph, and closes the run on error."""
-        return self._guard_scope
 
     def _plan(self, bound: _Bound, args: Any) -> Plan:
         cached = bound.cached
