@@ -10,20 +10,16 @@ Needs scikit-learn: `pip install "hooks2callbacks[demo]"`.
 
 from __future__ import annotations
 
-import os
-
-# Quiet TensorFlow's C++ start-up chatter and pick Keras's TF backend; both only
-# take effect if set before TensorFlow and Keras are first imported.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import logging  # noqa: E402
-import math  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from typing import Any, Iterator, Sequence  # noqa: E402
+# TensorFlow's C++ start-up lines go to stderr before this module runs (`python -m`
+# imports the package, and so TensorFlow, first): `TF_CPP_MIN_LOG_LEVEL=3` in the
+# shell silences most of them.
+import argparse
+import contextlib
+import logging
+import math
+import sys
+import time
+from typing import Any, Iterator, Sequence
 
 _DEMO_EXTRA_HINT = (
     "The hooks2callbacks demo needs scikit-learn (for its bundled digits data set). "
