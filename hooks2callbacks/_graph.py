@@ -5,9 +5,9 @@ and fetch them. In Keras there is no such graph, so the adapter makes one per
 run (one `fit`, one validation pass, one `evaluate`):
 
 * a TF1-style global step: a non-resource `int64` variable named
-  `global_step` in the `GLOBAL_STEP` collection, plus TF's own cached read
-  tensor, so `tf.compat.v1.train.get_global_step()` and
-  `training_util._get_or_create_global_step_read()` find it;
+  `global_step` in the `GLOBAL_STEP` collection, and a read tensor placed in
+  TF's global-step-read cache, so `tf.compat.v1.train.get_global_step()` and
+  `training_util._get_or_create_global_step_read()` both find ours;
 * one `float32` placeholder per Keras log key that a hook names. Keras often
   builds its compiled metrics only at the first batch end, so the keys are not
   known in `begin()`; a name that is not in the graph is taken to be a log key
