@@ -9,8 +9,7 @@ requests, and what is skipped on error. `hooks2callbacks.callback` decides
 
 from __future__ import annotations
 
-import typing
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence, cast
 
 import numpy as np
 import tensorflow as tf
@@ -187,7 +186,7 @@ class HookRunner:
         Returns:
             Whether a hook (or the coordinator) asked to stop.
         """
-        context = typing.cast(SessionRunContext, self._context)  # set by before_run
+        context = cast(SessionRunContext, self._context)  # set by before_run
         stale = self.step
         if self.advances:
             self.step = stale + steps
@@ -248,37 +247,14 @@ class HookRunner:
             raise
 
     def _plan(self, bound: _Bound, args: Any) -> Plan:
+        # The stock hooks return plain SessionRunArgs of the same fetches every
+        # step: they skip the checks and hit the cache.
+        if type(args) is not SessionRunArgs or args.feed_dict or args.options is not None:
+            _check_args(bound.before_name, args)
         cached = bound.cached
-        if (
-            type(args) is SessionRunArgs
-            and cached is not None
-            and cached.fetches is args.fetches
-            and args.feed_dict is None
-            and args.options is None
-        ):
-            return cached  # the stock hooks' case: the same fetches every step
-        where = bound.before_name
-        if not isinstance(args, SessionRunArgs):
-            raise TypeError(
-                f"{where} returned {args!r} of type {type(args).__name__}. It must return "
-                "None or tf.compat.v1.train.SessionRunArgs(fetches)."
-            )
-        if args.feed_dict:
-            raise ValueError(
-                f"{where} returned SessionRunArgs with feed_dict={args.feed_dict!r}. Keras has "
-                "no feeds: its inputs come from the dataset given to fit()/evaluate(). Change the "
-                "data pipeline (tf.data map, or a keras.utils.PyDataset) instead of feeding."
-            )
-        if args.options is not None and args.options.trace_level != _NO_TRACE:
-            raise ValueError(
-                f"{where} requested RunOptions with trace_level="
-                f"{tf.compat.v1.RunOptions.TraceLevel.Name(args.options.trace_level)}. Keras "
-                "steps cannot be traced through RunOptions; profile with "
-                "keras.callbacks.TensorBoard(profile_batch=...) instead."
-            )
         if cached is not None and cached.fetches is args.fetches:
             return cached
-        bound.cached = plan = compile_fetches(args.fetches, self.graph, self.model, where)
+        bound.cached = plan = compile_fetches(args.fetches, self.graph, self.model, bound.before_name)
         return plan
 
     def _run_derived(self, logs: Mapping[str, Any], stale: np.int64) -> Mapping[Any, Any]:
@@ -291,6 +267,28 @@ class HookRunner:
                 fed.update(bound.plan.fed_keys)
         self.caller = "HookCallback (the step's graph run)"
         return self.session.run_graph(tuple(derived), tuple(sorted(fed)), logs, stale, self.caller)
+
+
+def _check_args(where: str, args: Any) -> None:
+    """Raises for a `before_run` result that is not usable `SessionRunArgs`."""
+    if not isinstance(args, SessionRunArgs):
+        raise TypeError(
+            f"{where} returned {args!r} of type {type(args).__name__}. It must return "
+            "None or tf.compat.v1.train.SessionRunArgs(fetches)."
+        )
+    if args.feed_dict:
+        raise ValueError(
+            f"{where} returned SessionRunArgs with feed_dict={args.feed_dict!r}. Keras has "
+            "no feeds: its inputs come from the dataset given to fit()/evaluate(). Change the "
+            "data pipeline (tf.data map, or a keras.utils.PyDataset) instead of feeding."
+        )
+    if args.options is not None and args.options.trace_level != _NO_TRACE:
+        raise ValueError(
+            f"{where} requested RunOptions with trace_level="
+            f"{tf.compat.v1.RunOptions.TraceLevel.Name(args.options.trace_level)}. Keras "
+            "steps cannot be traced through RunOptions; profile with "
+            "keras.callbacks.TensorBoard(profile_batch=...) instead."
+        )
 
 
 def _flush_summary_writers() -> None:
