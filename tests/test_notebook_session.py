@@ -1,0 +1,122 @@
+"""A notebook session: the same cell (new hooks, a new `HookCallback`, `fit`) run many times.
+
+In a Jupyter kernel nothing is torn down between cells. Each run of such a cell
+must start clean: its adapter graph, sessions and runner must be collectable
+once the cell's objects are dropped, TF's own default graph must be left as it
+was, and the names hooks see must not drift (`loss_1`, `global_step_1`, ...).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import weakref
+from typing import Any, Iterator
+
+import pytest
+import tensorflow as tf
+
+from hooks2callbacks import HookCallback
+from hooks2callbacks._graph import AdapterGraph
+from support import make_data, make_model
+
+X, Y = make_data()  # 320 samples: 10 batches of 32
+REPEATS = 20
+
+
+class DerivedOpHook:
+    """A duck-typed hook that builds an op on a log key, so each run needs a real graph run.
+
+    Attributes:
+        names: The names of the graph elements this hook saw in `begin()`.
+        values: The value of the derived op at each step.
+    """
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.values: list[float] = []
+        self._double: Any = None
+        self.refs: dict[str, weakref.ref[Any]] = {}
+
+    def begin(self) -> None:
+        graph = tf.compat.v1.get_default_graph()
+        loss = graph.get_tensor_by_name("loss:0")
+        self._double = tf.multiply(loss, 2.0, name="double_loss")
+        step = tf.compat.v1.train.get_global_step()
+        self.names = {"loss": loss.name, "double": self._double.name, "step": step.name}
+        self.refs["graph"] = weakref.ref(graph)
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        self.refs["session"] = weakref.ref(session)
+        self.refs["coord"] = weakref.ref(coord)
+
+    def before_run(self, run_context: Any) -> Any:
+        return tf.compat.v1.train.SessionRunArgs(self._double)
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        self.values.append(float(run_values.results))
+
+
+@pytest.fixture
+def quiet_tf_logger() -> Iterator[None]:
+    """Keras retraces its train function for each new model; that warning is Keras's, not ours."""
+    logger = logging.getLogger("tensorflow")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _live(kind: type) -> list[Any]:
+    """Returns the objects of class `kind` (or a subclass) that the garbage collector tracks."""
+    return [obj for obj in gc.get_objects() if isinstance(obj, kind)]
+
+
+def _one_cell_run(model: Any) -> tuple[dict[str, str], dict[str, weakref.ref[Any]], str]:
+    """What a re-run notebook cell does: new hooks, a new HookCallback, fit."""
+    derived = DerivedOpHook()
+    logging_hook = tf.compat.v1.train.LoggingTensorHook({"loss": "loss", "acc": "accuracy"}, every_n_iter=2)
+    hooks = [tf.compat.v1.train.StopAtStepHook(num_steps=3), logging_hook, derived]
+    callback = HookCallback(hooks)
+    model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[callback])
+    assert len(derived.values) == 3
+    tensor_names = ",".join(sorted(t.name for t in logging_hook._current_tensors.values()))  # pylint: disable=protected-access
+    return derived.names, derived.refs, tensor_names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("new_model_each_time", [False, True], ids=["same-model", "new-model"])
+@pytest.mark.usefixtures("quiet_tf_logger")
+def test_twenty_repeated_fits_leak_nothing_and_keep_names(new_model_each_time: bool) -> None:
+    default_graph = tf.compat.v1.get_default_graph()
+    ops_before = len(default_graph.get_operations())
+    gc.collect()
+    sessions_before = len(_live(tf.compat.v1.Session))
+
+    model = make_model()
+    all_refs: list[dict[str, weakref.ref[Any]]] = []
+    for _ in range(REPEATS):
+        if new_model_each_time:
+            model = make_model()
+        names, refs, logged = _one_cell_run(model)
+        # The same names every time: a fresh graph per run, nothing left over to clash with.
+        assert names == {"loss": "loss:0", "double": "double_loss:0", "step": "global_step:0"}
+        assert logged == "accuracy:0,loss:0"
+        all_refs.append(refs)
+
+    gc.collect()
+    dead = {name: sum(ref() is None for refs in all_refs for ref in [refs[name]]) for name in all_refs[0]}
+    assert dead == {"graph": REPEATS, "session": REPEATS, "coord": REPEATS}
+    assert len(_live(tf.compat.v1.Session)) == sessions_before
+    assert _live(AdapterGraph) == []
+    # TF's own default graph and eager mode are as they were.
+    assert tf.compat.v1.get_default_graph() is default_graph
+    assert len(default_graph.get_operations()) == ops_before
+    assert tf.executing_eagerly()
+
+
+def test_repr_reads_well_as_a_cell_output() -> None:
+    hooks = [tf.compat.v1.train.StopAtStepHook(last_step=10), tf.compat.v1.train.LoggingTensorHook(["loss"], 5)]
+    assert repr(HookCallback(hooks)) == "HookCallback(mode='train', hooks=[StopAtStepHook, LoggingTensorHook])"
