@@ -9,7 +9,7 @@ requests, and what is skipped on error. `hooks2callbacks.callback` decides
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping, Sequence, cast
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
 
 import numpy as np
 import tensorflow as tf
@@ -17,6 +17,7 @@ import tensorflow as tf
 from hooks2callbacks._fetch import Plan, compile_fetches
 from hooks2callbacks._graph import AdapterGraph, log_key_of
 from hooks2callbacks._session import AdapterSession
+from hooks2callbacks._translate import install_saver, refusal
 
 from tensorflow.python.training.session_run_hook import (
     SessionRunArgs,
@@ -26,6 +27,9 @@ from tensorflow.python.training.session_run_hook import (
 )
 
 HOOK_METHODS = ("begin", "after_create_session", "before_run", "after_run", "end")
+
+# A list of hooks, or a zero-argument function that builds them in the adapter graph.
+Hooks = Sequence[Any] | Callable[[], Any]
 
 # Keras runs the step; hooks have no caller's fetches to see.
 _ORIGINAL_ARGS = SessionRunArgs(fetches=None)
@@ -118,11 +122,72 @@ def _add_note(error: BaseException, note: str) -> None:
         error.add_note(note)
 
 
+def is_hook(obj: Any) -> bool:
+    """Whether `obj` is a hook instance: it has some of the hook methods."""
+    return not isinstance(obj, type) and any(callable(getattr(obj, name, None)) for name in HOOK_METHODS)
+
+
+def is_factory(obj: Any) -> bool:
+    """Whether `obj` is a function that builds hooks, rather than hooks."""
+    return callable(obj) and not is_hook(obj) and not isinstance(obj, type)
+
+
+def as_hook_list(hooks: Any, where: str = "HookCallback(hooks=...)") -> list[Any]:
+    """Validates `hooks` (one hook or a sequence of hooks) and returns it as a list.
+
+    Args:
+        hooks: What the user gave, or what their hooks factory returned.
+        where: Names the origin of `hooks` in error messages.
+
+    Returns:
+        The hooks, in order.
+
+    Raises:
+        TypeError: `hooks` is not a hook or a sequence of hooks, or holds a
+            hook class, a non-hook, or a hook that cannot run under Keras.
+        ValueError: A hook instance appears twice.
+    """
+    if is_hook(hooks):
+        return [hooks]
+    if isinstance(hooks, (str, bytes, type)) or not isinstance(hooks, Iterable):
+        raise TypeError(
+            f"{where} takes a hook, a sequence of hooks or a zero-argument function returning "
+            f"them, got {hooks!r} of type {type(hooks).__name__}. A hook is any object with "
+            f"some of {', '.join(HOOK_METHODS)}, such as a tf.compat.v1.train.SessionRunHook."
+        )
+    hook_list = list(hooks)
+    seen: set[int] = set()
+    for index, hook in enumerate(hook_list):
+        if isinstance(hook, type):
+            raise TypeError(
+                f"{where}: item {index} is the class {hook.__name__}, not an instance of it. "
+                f"Pass {hook.__name__}(...)."
+            )
+        if not is_hook(hook):
+            raise TypeError(
+                f"{where}: item {index} is {hook!r} of type {type(hook).__name__}, which has "
+                f"none of the hook methods {', '.join(HOOK_METHODS)}. Pass "
+                "tf.compat.v1.train.SessionRunHook instances, or objects with some of those methods."
+            )
+        reason = refusal(hook)
+        if reason is not None:
+            raise TypeError(f"{where}: item {index} is {reason}")
+        if id(hook) in seen:
+            raise ValueError(
+                f"{where}: item {index} ({type(hook).__name__}) appears twice in the list. "
+                "Each hook instance would be called twice per event; pass it once."
+            )
+        seen.add(id(hook))
+    return hook_list
+
+
 class HookRunner:
     """Calls a list of hooks through one run, as `MonitoredSession` would.
 
     Args:
-        hooks: The hooks, in call order.
+        hooks: The hooks, in call order, or a zero-argument function that
+            returns them; it is called in `begin`, with the adapter graph as
+            default graph, so it can build ops over the log-key tensors.
         model: The Keras model.
         step: The global step at the start of the run.
         advances: Whether the run's steps advance the global step (training).
@@ -135,8 +200,9 @@ class HookRunner:
         caller: `"HookClass.method"` of the hook call in progress, for messages.
     """
 
-    def __init__(self, hooks: Sequence[Any], model: Any, step: int, advances: bool) -> None:
-        self.hooks = list(hooks)
+    def __init__(self, hooks: Hooks, model: Any, step: int, advances: bool) -> None:
+        self._factory = cast(Callable[[], Any], hooks) if is_factory(hooks) else None
+        self.hooks = [] if self._factory is not None else list(cast(Sequence[Any], hooks))
         self.model = model
         self.step = np.int64(step)
         self.advances = advances
@@ -146,7 +212,7 @@ class HookRunner:
         self.session = AdapterSession(self)
         self.coord = tf.compat.v1.train.Coordinator()
         self.closed = False
-        self._bound = [_Bound(h) for h in self.hooks]
+        self._bound: list[_Bound] = []
         self._context: SessionRunContext | None = None
         self._derived = False
         # Makes the adapter graph the default graph, and closes the run on error.
@@ -155,8 +221,15 @@ class HookRunner:
     # -- the TF1 events ------------------------------------------------------
 
     def begin(self) -> None:
-        """Calls every `begin()`, seals the graph, then every `after_create_session`."""
+        """Builds the hooks if from a factory, calls every `begin()`, seals the graph,
+        then calls every `after_create_session`."""
         with self._guard:
+            install_saver(self.graph, self.model)
+            factory = self._factory
+            if factory is not None:
+                name = f"the hooks factory {getattr(factory, '__qualname__', repr(factory))}()"
+                self.hooks = as_hook_list(self._invoke(name, factory), f"What {name} returned")
+            self._bound = [_Bound(h) for h in self.hooks]
             for hook in self.hooks:
                 self._call(hook, "begin")
             self.graph.seal()

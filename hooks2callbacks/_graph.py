@@ -13,6 +13,12 @@ run (one `fit`, one validation pass, one `evaluate`):
   known in `begin()`; a name that is not in the graph is taken to be a log key
   and its placeholder is made on first lookup. Whether the key really exists is
   checked at the first step that fetches it.
+
+A name means a log key unless the graph has a non-summary op of that name.
+The placeholders live under `keras_logs/`, so that the TF1 idiom
+`tf.compat.v1.summary.scalar("loss", loss)` gets its tag "loss" rather than
+"loss_1"; and the summary op it makes, named "loss" too, does not hide the log
+key from `LoggingTensorHook(["loss"])`.
 """
 
 from __future__ import annotations
@@ -27,6 +33,13 @@ from tensorflow.python.training import training_util
 
 # Names TF accepts for an op; anything else cannot be a graph lookup anyway.
 _OP_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/>]*$")
+_LOG_SCOPE = "keras_logs/"
+# Ops whose output is a serialized Summary: nobody fetches those by name, and
+# they are named after the value they summarize.
+_SUMMARY_OPS = frozenset(
+    {"ScalarSummary", "HistogramSummary", "ImageSummary", "AudioSummaryV2", "TensorSummary",
+     "TensorSummaryV2", "MergeSummary"}
+)
 
 
 def log_key_of(name: str) -> str:
@@ -137,19 +150,27 @@ class AdapterGraph(tf.Graph):
     def existing_element(self, name: str) -> Any:
         """Returns the tensor or op called `name`, or None; makes no log-key tensor."""
         try:
-            return super().as_graph_element(name)
+            return self._own_element(name, True, True)
         except (KeyError, ValueError):
             return None
 
     def as_graph_element(self, obj: Any, allow_tensor: bool = True, allow_operation: bool = True) -> Any:
         try:
-            return super().as_graph_element(obj, allow_tensor, allow_operation)
+            return self._own_element(obj, allow_tensor, allow_operation)
         except KeyError:
             key = self._log_key_for_lookup(obj, allow_tensor)
             if key is None:
                 raise
             tensor = self.log_tensor(key)
             return tensor if allow_tensor and (not allow_operation or ":" in obj) else tensor.op
+
+    def _own_element(self, obj: Any, allow_tensor: bool, allow_operation: bool) -> Any:
+        element = super().as_graph_element(obj, allow_tensor, allow_operation)
+        if isinstance(obj, str):
+            op = element if isinstance(element, tf.Operation) else element.op
+            if op.type in _SUMMARY_OPS:
+                raise KeyError(obj)  # the name is the log key's, not the summary's
+        return element
 
     def _log_key_for_lookup(self, obj: Any, allow_tensor: bool) -> str | None:
         # Only output 0 of a plain op name can be a log key: LoggingTensorHook
@@ -171,7 +192,7 @@ class AdapterGraph(tf.Graph):
             self._unsafe_unfinalize()  # pylint: disable=protected-access
         try:
             with self.as_default(), self.name_scope(None):
-                tensor = tf.compat.v1.placeholder(tf.float32, shape=None, name=key)
+                tensor = tf.compat.v1.placeholder(tf.float32, shape=None, name=_LOG_SCOPE + key)
         finally:
             if sealed:
                 self.finalize()
@@ -179,3 +200,35 @@ class AdapterGraph(tf.Graph):
         self.placeholder_keys[tensor] = key
         self.placeholder_keys[tensor.op] = key
         return tensor
+
+
+def log_tensor(key: str) -> tf.Tensor:
+    """Returns the tensor standing for Keras log key `key` in the current adapter graph.
+
+    Use it where TF1 code used a `model_fn` tensor: in a hooks factory given to
+    `HookCallback`, or in a hook's `begin()`. For example
+    `tf.compat.v1.summary.scalar("loss", log_tensor("loss"))`. When fetched,
+    it has the value Keras logged for `key` at that step.
+
+    Args:
+        key: A log key such as `"loss"` or `"val_accuracy"` (`"loss:0"` also works).
+
+    Returns:
+        A `float32` tensor of the adapter graph.
+
+    Raises:
+        RuntimeError: Called outside a run of `HookCallback` (the default graph
+            is not an adapter graph).
+        ValueError: `key` is not a usable tensor name.
+    """
+    graph = ops.get_default_graph()
+    if not isinstance(graph, AdapterGraph):
+        raise RuntimeError(
+            f"log_tensor({key!r}) was called outside HookCallback: the default graph is not an "
+            "adapter graph. Call it inside a hooks factory, HookCallback(lambda: [...]), or in "
+            "a hook's begin()."
+        )
+    name = log_key_of(key) if isinstance(key, str) else None
+    if name is None or not _OP_NAME.match(name):
+        raise ValueError(f"log_tensor({key!r}): a log key is a name such as 'loss' or 'accuracy'.")
+    return graph.log_tensor(name)

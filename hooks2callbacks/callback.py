@@ -4,7 +4,9 @@ The mapping, for a callback of mode "train" (Keras events on the left; "eval"
 uses the `on_test_*` events, "predict" the `on_predict_*` events):
 
   on_train_begin:
-    graph = a new adapter graph (global step, log-key tensors), made default
+    graph = a new adapter graph (global step, log-key tensors, a saver of the
+            Keras model in SAVERS), made default
+    if hooks is a factory: hooks = hooks()  # may build ops over log tensors
     call hooks.begin()                      # in list order; may build ops
     finalize graph
     call hooks.after_create_session(session, coord)
@@ -40,56 +42,15 @@ closed (without `end()`) at the next `begin`, or by `HookCallback.close()`.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import keras
-import tensorflow as tf
 
-from hooks2callbacks._dispatch import HOOK_METHODS, HookRunner
+from hooks2callbacks._dispatch import HookRunner, as_hook_list, is_factory
 
 MODES = ("train", "eval", "predict")
 _STOP_ATTRIBUTE = {"train": "stop_training", "eval": "stop_evaluating", "predict": "stop_predicting"}
 _KERAS_CALL = {"train": "fit()", "eval": "evaluate() or fit(validation_data=...)", "predict": "predict()"}
-
-
-def _as_hook_list(hooks: Any) -> list[Any]:
-    """Validates `hooks` (one hook or a sequence of hooks) and returns it as a list."""
-    if _is_hook(hooks):
-        return [hooks]
-    if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Iterable):
-        raise TypeError(
-            f"HookCallback(hooks=...) takes a hook or a sequence of hooks, got {hooks!r} of "
-            f"type {type(hooks).__name__}. A hook is any object with some of "
-            f"{', '.join(HOOK_METHODS)}, such as a tf.compat.v1.train.SessionRunHook."
-        )
-    hook_list = list(hooks)
-    seen: set[int] = set()
-    for index, hook in enumerate(hook_list):
-        if not _is_hook(hook):
-            raise TypeError(
-                f"HookCallback(hooks=...): item {index} is {hook!r} of type "
-                f"{type(hook).__name__}, which has none of the hook methods "
-                f"{', '.join(HOOK_METHODS)}. Pass tf.compat.v1.train.SessionRunHook "
-                "instances, or objects with some of those methods."
-            )
-        if isinstance(hook, tf.compat.v1.train.FeedFnHook):
-            raise TypeError(
-                f"HookCallback(hooks=...): item {index} is a FeedFnHook. Keras takes its "
-                "inputs from the dataset given to fit()/evaluate(), not from feeds, so there "
-                "is nothing for it to feed. Do what its feed_fn did in the input pipeline: "
-                "a tf.data.Dataset.map, or a keras.utils.PyDataset."
-            )
-        if id(hook) in seen:
-            raise ValueError(
-                f"HookCallback(hooks=...): item {index} ({type(hook).__name__}) appears twice "
-                "in the list. Each hook instance would be called twice per event; pass it once."
-            )
-        seen.add(id(hook))
-    return hook_list
-
-
-def _is_hook(obj: Any) -> bool:
-    return any(callable(getattr(obj, name, None)) for name in HOOK_METHODS)
 
 
 def _initial_step(model: Any) -> int:
@@ -115,29 +76,38 @@ class HookCallback(keras.callbacks.Callback):
     Args:
         hooks: One hook or a sequence of hooks, called in order. A hook is any
             object with some of `begin`, `after_create_session`, `before_run`,
-            `after_run` and `end`; missing methods are no-ops.
+            `after_run` and `end`; missing methods are no-ops. Or a
+            zero-argument function returning them: it is called at the start
+            of each run with the adapter graph as default graph, so it can
+            build ops such as summaries over `log_tensor("loss")`, as a TF1
+            `model_fn` built them.
         mode: `"train"` (the `fit` loop), `"eval"` (`evaluate`, and each
             validation pass inside `fit`) or `"predict"`. Defaults to `"train"`.
 
     Raises:
-        TypeError: `hooks` is not a hook or a sequence of hooks, or holds a
-            `FeedFnHook`.
+        TypeError: `hooks` is not a hook, a sequence of hooks or a function,
+            or holds a hook class or a hook that cannot run under Keras
+            (`FeedFnHook`, `ProfilerHook`, a `CheckpointSaverHook` with its own
+            saver).
         ValueError: `mode` is not one of the modes, or a hook appears twice.
     """
 
-    def __init__(self, hooks: Any, mode: str = "train") -> None:
+    def __init__(self, hooks: Any | Callable[[], Any], mode: str = "train") -> None:
         super().__init__()
         if not isinstance(mode, str) or mode not in MODES:
             raise ValueError(f"HookCallback(mode=...) must be one of {MODES}, got {mode!r}.")
-        self.hooks: Sequence[Any] = tuple(_as_hook_list(hooks))
+        self.hooks: Sequence[Any] | Callable[[], Any] = hooks if is_factory(hooks) else tuple(as_hook_list(hooks))
         self.mode = mode
         self._runner: HookRunner | None = None
         self._in_fit = False
         self._first_batch = 0
 
     def __repr__(self) -> str:
-        names = ", ".join(type(h).__name__ for h in self.hooks)
-        return f"HookCallback(mode={self.mode!r}, hooks=[{names}])"
+        if callable(self.hooks):
+            hooks = getattr(self.hooks, "__qualname__", repr(self.hooks))
+        else:
+            hooks = f"[{', '.join(type(h).__name__ for h in self.hooks)}]"
+        return f"HookCallback(mode={self.mode!r}, hooks={hooks})"
 
     # -- run lifetime ----------------------------------------------------------
 

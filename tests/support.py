@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import keras
 import numpy as np
@@ -85,3 +85,28 @@ class RecordingHook(tf.compat.v1.train.SessionRunHook):
 
     def end(self, session) -> None:
         self.calls.append((self.name, "end"))
+
+
+def run_tf1(hooks: Any, max_steps: int, before_step: Callable[[], None] | None = None) -> None:
+    """Trains a graph-mode step counter under a real TF1 MonitoredSession.
+
+    Args:
+        hooks: The hooks, or a zero-argument function that builds them in the graph.
+        max_steps: The input ends after this many steps.
+        before_step: Called before each `session.run` (to advance a fake clock).
+    """
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        # TF1 hooks read the step through this tensor; ordering it before the
+        # increment makes its value the stale one, as StopAtStepHook assumes.
+        read = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
+        with tf.control_dependencies([read]):
+            train_op = tf.compat.v1.assign_add(global_step, 1)
+        hook_list = hooks() if callable(hooks) else hooks
+        with tf.compat.v1.train.MonitoredSession(hooks=hook_list) as session:
+            for _ in range(max_steps):
+                if session.should_stop():
+                    break
+                if before_step is not None:
+                    before_step()
+                session.run(train_op)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import keras
 import pytest
 import tensorflow as tf
+from support import RecordingHook, make_data, make_model
 
 from hooks2callbacks import HookCallback
-from support import RecordingHook, make_data, make_model
 
 X, Y = make_data()  # 320 samples: 10 batches of 32
 
@@ -168,11 +168,13 @@ class Nothing:
 @pytest.mark.parametrize(
     "hooks, error, message",
     [
-        (Nothing(), TypeError, r"takes a hook or a sequence of hooks, got .*Nothing.*begin, after_create_session"),
-        ("hook", TypeError, r"takes a hook or a sequence of hooks, got 'hook' of type str"),
+        (Nothing(), TypeError, r"takes a hook, a sequence of hooks or a zero-argument function returning them, got .*Nothing.*begin, after_create_session"),
+        ("hook", TypeError, r"takes a hook, a sequence of hooks or .*, got 'hook' of type str"),
         (42, TypeError, r"got 42 of type int"),
         ([OnlyAfterRun(), Nothing()], TypeError, r"item 1 is .*Nothing.*none of the hook methods"),
         ([tf.compat.v1.train.FeedFnHook(lambda: {})], TypeError, r"FeedFnHook.*not from feeds.*tf.data.Dataset.map"),
+        ([OnlyAfterRun], TypeError, r"item 0 is the class OnlyAfterRun, not an instance of it. Pass OnlyAfterRun\(...\)"),
+        (OnlyAfterRun, TypeError, r"got <class .*OnlyAfterRun'> of type type"),
     ],
 )
 def test_constructor_rejects_non_hooks(hooks, error, message):
@@ -284,3 +286,48 @@ def test_an_error_in_the_model_step_is_cleaned_up_at_the_next_begin():
     assert ("h", "end") not in calls and not left_open.closed
     callback.close()
     assert left_open.closed and callback._runner is None
+
+
+# -- a hooks factory ---------------------------------------------------------------
+
+
+def test_a_hooks_factory_builds_new_hooks_in_each_run_s_adapter_graph():
+    calls: list = []
+    graphs: list = []
+
+    def make_hooks():
+        graphs.append(tf.compat.v1.get_default_graph())
+        return [RecordingHook(f"run{len(graphs)}", calls)]
+
+    callback = HookCallback(make_hooks)
+    assert repr(callback) == (
+        "HookCallback(mode='train', hooks="
+        "test_a_hooks_factory_builds_new_hooks_in_each_run_s_adapter_graph.<locals>.make_hooks)"
+    )
+    model = make_model()
+    for _ in range(2):
+        model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[callback])
+    assert len(graphs) == 2 and graphs[0] is not graphs[1]
+    assert all(graph.get_collection("global_step") for graph in graphs)  # the adapter graph's step
+    assert steps_seen(calls, "run1") == list(range(10))
+    assert steps_seen(calls, "run2") == list(range(10, 20))
+
+
+def test_a_hooks_factory_may_return_one_hook():
+    calls: list = []
+    fit(make_model(), lambda: RecordingHook("only", calls))
+    assert steps_seen(calls, "only") == list(range(10))
+
+
+def test_an_error_in_a_hooks_factory_propagates_naming_the_factory():
+    def make_hooks():
+        raise LookupError("no such metric")
+
+    with pytest.raises(LookupError, match="no such metric") as info:
+        fit(make_model(), make_hooks)
+    assert any("Raised in the hooks factory" in note and "make_hooks()" in note for note in info.value.__notes__)
+
+
+def test_a_hooks_factory_returning_non_hooks_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match=r"What the hooks factory .*<lambda>\(\) returned takes a hook, .*got 3"):
+        fit(make_model(), lambda: 3)

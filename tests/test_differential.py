@@ -4,29 +4,12 @@ from __future__ import annotations
 
 import pytest
 import tensorflow as tf
-from tensorflow.python.training import training_util
 
 from hooks2callbacks import HookCallback
-from support import RecordingHook, make_data, make_model
+from support import RecordingHook, make_data, make_model, run_tf1
 
 X, Y = make_data()
 STEPS_PER_EPOCH = 10
-
-
-def run_tf1(hooks, max_steps):
-    """Trains a graph-mode model under a real MonitoredSession; the input ends after max_steps."""
-    with tf.Graph().as_default():
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        # TF1 hooks read the step through this tensor; ordering it before the
-        # increment makes its value the stale one, as StopAtStepHook assumes.
-        read = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
-        with tf.control_dependencies([read]):
-            train_op = tf.compat.v1.assign_add(global_step, 1)
-        with tf.compat.v1.train.MonitoredSession(hooks=hooks) as session:
-            for _ in range(max_steps):
-                if session.should_stop():
-                    break
-                session.run(train_op)
 
 
 def run_keras(hooks, max_steps):

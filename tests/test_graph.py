@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.training import training_util
 
+from hooks2callbacks import log_tensor
 from hooks2callbacks._graph import AdapterGraph
 
 
@@ -26,6 +27,7 @@ def test_an_unknown_name_becomes_a_log_key_tensor_once():
     assert loss.op.type == "Placeholder" and loss.dtype == tf.float32
     assert graph.as_graph_element("loss:0") is loss
     assert graph.get_operation_by_name("loss") is loss.op
+    assert loss.name == "keras_logs/loss:0"  # leaves the name "loss" to summaries
     assert graph.placeholder_keys[loss] == "loss"
     assert graph.existing_element("accuracy") is None  # looking without making
 
@@ -69,3 +71,29 @@ def test_default_graph_scope_does_what_as_default_does():
             seen[name] += (tf.compat.v1.get_default_graph() is graph, tf.executing_eagerly())
         assert tf.executing_eagerly() and tf.compat.v1.get_default_graph() is not graph
     assert seen["scope"] == seen["as_default"] == (True, False, True, True, False, True, False)
+
+
+def test_a_summary_named_after_a_log_key_gets_that_tag_and_leaves_the_name_to_the_key():
+    graph = AdapterGraph()
+    with graph.as_default():
+        summary = tf.compat.v1.summary.scalar("loss", log_tensor("loss"))
+        assert summary.op.name == "loss"  # so its tag is "loss", not "loss_1"
+        assert graph.get_tensor_by_name("loss:0") is log_tensor("loss")
+        assert graph.as_graph_element("loss") is log_tensor("loss").op
+        assert graph.existing_element("loss") is None
+        # Any other op does own its name.
+        doubled = tf.identity(log_tensor("loss") * 2, name="doubled")
+        assert graph.get_tensor_by_name("doubled:0") is doubled
+
+
+def test_log_tensor_outside_an_adapter_graph_says_where_it_works():
+    with pytest.raises(RuntimeError, match=r"log_tensor\('loss'\) was called outside HookCallback.*hooks factory"):
+        log_tensor("loss")
+    with tf.Graph().as_default(), pytest.raises(RuntimeError, match="not an adapter graph"):
+        log_tensor("loss")
+
+
+@pytest.mark.parametrize("key", ["", "has space", 3, "loss:1"])
+def test_log_tensor_rejects_names_that_cannot_be_log_keys(key):
+    with AdapterGraph().as_default(), pytest.raises(ValueError, match=r"a log key is a name such as 'loss'"):
+        log_tensor(key)

@@ -15,10 +15,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from support import make_data, make_model
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorflow.python.training import basic_session_run_hooks
 
-from hooks2callbacks import HookCallback
-from support import make_data, make_model
+from hooks2callbacks import HookCallback, log_tensor
 
 T = tf.compat.v1.train
 X, Y = make_data()  # 320 samples
@@ -474,3 +475,68 @@ def test_global_step_waiter_hook_below_its_step_polls_and_sleeps(clock):
         fit(model, T.GlobalStepWaiterHook(wait_until_step=5), epochs=1)
     assert len(clock.sleeps) == clock.max_sleeps and set(clock.sleeps) == {0.5}
     assert iterations(model) == 0
+
+
+# -- SummarySaverHook and StepCounterHook: event files TensorBoard reads -----------
+
+
+def read_scalars(directory) -> dict[str, list[tuple[int, float]]]:
+    events = EventAccumulator(str(directory))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_summary_saver_hook_writes_the_keras_log_values_at_their_steps(tmp_path):
+    def make_hooks():
+        tf.compat.v1.summary.scalar("loss", log_tensor("loss"))
+        tf.compat.v1.summary.scalar("accuracy", log_tensor("accuracy"))
+        summary = tf.compat.v1.summary.merge_all()
+        return [T.SummarySaverHook(save_steps=3, output_dir=str(tmp_path), summary_op=summary),
+                T.LoggingTensorHook(["loss"], every_n_iter=100)]  # the name "loss" is still the key's
+
+    recorder = fit(make_model(), make_hooks, epochs=2)
+    scalars = read_scalars(tmp_path)  # fit has returned: the events must be on disk
+    assert sorted(scalars) == ["accuracy", "loss"]
+    # TF1's schedule: the first step, then every 3 steps; written at the step after the run.
+    steps = [1, 4, 7, 10, 13, 16, 19]
+    for tag in ("loss", "accuracy"):
+        assert [step for step, _ in scalars[tag]] == steps
+        expected = [np.float32(recorder.train_logs[step - 1][tag]) for step in steps]
+        assert [np.float32(value) for _, value in scalars[tag]] == expected
+
+
+def test_summary_saver_hook_in_eval_mode_writes_the_evaluate_values(tmp_path):
+    model = make_model()
+    fit(model, T.StopAtStepHook(num_steps=4))
+
+    def make_hooks():
+        tf.compat.v1.summary.scalar("eval_loss", log_tensor("loss"))
+        return [T.SummarySaverHook(save_steps=1, output_dir=str(tmp_path),
+                                   summary_op=tf.compat.v1.summary.merge_all())]
+
+    recorder = Recorder()
+    model.evaluate(X, Y, batch_size=BATCH, verbose=0, callbacks=[recorder, HookCallback(make_hooks, mode="eval")])
+    scalars = read_scalars(tmp_path)["eval_loss"]
+    # Evaluation does not advance the global step: every event is at step 4.
+    assert {step for step, _ in scalars} == {4}
+    assert scalars[-1][1] == pytest.approx(recorder.test_logs[-1]["loss"], rel=1e-6)
+
+
+class Tick(keras.callbacks.Callback):
+    """Advances the fake clock by `seconds` at each train batch begin."""
+
+    def __init__(self, clock, seconds) -> None:
+        super().__init__()
+        self.clock, self.seconds = clock, seconds
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.clock.now += self.seconds
+
+
+def test_step_counter_hook_writes_steps_per_second_by_the_clock(tmp_path, clock, hook_log):
+    fit(make_model(), T.StepCounterHook(every_n_steps=4, output_dir=str(tmp_path)), epochs=2,
+        extra_callbacks=[Tick(clock, 0.25)])
+    rates = read_scalars(tmp_path)["global_step/sec"]
+    # The first trigger only starts the timer (step 1); then every 4 steps at 4 steps/s.
+    assert rates == [(5, 4.0), (9, 4.0), (13, 4.0), (17, 4.0)]
+    assert info_messages(hook_log).count("global_step/sec: 4") == 4
