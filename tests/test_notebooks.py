@@ -33,6 +33,14 @@ def _code_cells(notebook: Any) -> list[Any]:
     return [c for c in notebook.cells if c.cell_type == "code" and c.source.strip()]
 
 
+def test_there_are_three_notebooks() -> None:
+    assert [p.name for p in NOTEBOOKS] == [
+        "01_quickstart.ipynb",
+        "02_migrating_an_estimator_script.ipynb",
+        "03_tensorboard_from_hooks.ipynb",
+    ]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_committed_with_outputs_and_plots(path: Path) -> None:
     notebook = nbformat.read(path, as_version=4)
