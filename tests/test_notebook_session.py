@@ -12,12 +12,14 @@ import gc
 import logging
 import re
 import weakref
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 import tensorflow as tf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from hooks2callbacks import HookCallback
+from hooks2callbacks import HookCallback, log_tensor
 from hooks2callbacks._graph import AdapterGraph
 from support import make_data, make_model
 
@@ -126,3 +128,45 @@ def test_twenty_repeated_fits_leak_nothing_and_keep_names(new_model_each_time: b
 def test_repr_reads_well_as_a_cell_output() -> None:
     hooks = [tf.compat.v1.train.StopAtStepHook(last_step=10), tf.compat.v1.train.LoggingTensorHook(["loss"], 5)]
     assert repr(HookCallback(hooks)) == "HookCallback(mode='train', hooks=[StopAtStepHook, LoggingTensorHook])"
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("quiet_tf_logger")
+def test_twenty_repeated_fits_of_a_hooks_factory_keep_summary_tags(tmp_path: Path) -> None:
+    """The cell of notebook 03, run 20 times: summaries, step rates and checkpoints into one directory."""
+    logdir, ckpt_dir = str(tmp_path / "logs"), str(tmp_path / "ckpt")
+    graphs: list[weakref.ref[Any]] = []
+    summary_names: list[list[str]] = []
+
+    def make_hooks() -> list[Any]:
+        graphs.append(weakref.ref(tf.compat.v1.get_default_graph()))
+        summaries = [
+            tf.compat.v1.summary.scalar("loss", log_tensor("loss")),
+            tf.compat.v1.summary.scalar("accuracy", log_tensor("accuracy")),
+        ]
+        summary_names.append([s.name for s in summaries])
+        return [
+            tf.compat.v1.train.StopAtStepHook(num_steps=4),
+            tf.compat.v1.train.SummarySaverHook(
+                save_steps=2, output_dir=logdir, summary_op=tf.compat.v1.summary.merge_all()
+            ),
+            tf.compat.v1.train.StepCounterHook(every_n_steps=2, output_dir=logdir),
+            tf.compat.v1.train.CheckpointSaverHook(ckpt_dir, save_steps=4),
+        ]
+
+    model = make_model()
+    for _ in range(REPEATS):
+        model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[HookCallback(make_hooks)])
+
+    assert summary_names == [summary_names[0]] * REPEATS
+    assert not any(re.search(r"_\d+:0$", name) for name in summary_names[0])
+    events = EventAccumulator(logdir)
+    events.Reload()
+    assert sorted(events.Tags()["scalars"]) == ["accuracy", "global_step/sec", "loss"]
+    # The global step carries on across the runs: summaries of every run, in order.
+    loss_steps = [e.step for e in events.Scalars("loss")]
+    assert loss_steps == sorted(loss_steps) and loss_steps[-1] > 4 * (REPEATS - 1)
+    assert tf.train.latest_checkpoint(ckpt_dir).endswith(f"model.ckpt-{4 * REPEATS}")
+    gc.collect()
+    assert [ref() for ref in graphs] == [None] * REPEATS
+    assert _live(AdapterGraph) == []
