@@ -33,6 +33,14 @@ def _code_cells(notebook: Any) -> list[Any]:
     return [c for c in notebook.cells if c.cell_type == "code" and c.source.strip()]
 
 
+def _check_hook_lines_apart_from_the_bar(notebook: Any, name: str) -> None:
+    """The notebooks' logger settings: hook lines on stderr, never inside Keras's stdout output."""
+    streams = [o for c in _code_cells(notebook) for o in c.outputs if o.output_type == "stream"]
+    assert any("INFO:tensorflow:" in o.text for o in streams if o.name == "stderr"), f"{name}: no hook lines"
+    glued = [o.text for o in streams if o.name == "stdout" and "INFO:tensorflow:" in o.text]
+    assert not glued, f"{name}: hook lines in Keras's stdout output: {glued[0][:300]!r}"
+
+
 def test_there_are_three_notebooks() -> None:
     assert [p.name for p in NOTEBOOKS] == [
         "01_quickstart.ipynb",
@@ -50,6 +58,7 @@ def test_committed_with_outputs_and_plots(path: Path) -> None:
     )
     assert not [o for c in cells for o in c.outputs if o.output_type == "error"]
     assert any("image/png" in o.get("data", {}) for c in cells for o in c.outputs), f"{path.name} has no plot"
+    _check_hook_lines_apart_from_the_bar(notebook, path.name)
 
 
 @pytest.mark.slow
@@ -59,6 +68,7 @@ def test_runs_top_to_bottom_in_a_kernel_and_matches_what_is_committed(path: Path
     executed, seconds = execute(path)  # raises CellExecutionError on any error
     print(f"{path.name}: {seconds:.1f} s")
     assert seconds < TIME_LIMIT_S, f"{path.name} took {seconds:.0f} s"
+    _check_hook_lines_apart_from_the_bar(executed, path.name)
     # The committed outputs are those of the current source: same cells, same kinds of output.
     assert [c.source for c in _code_cells(executed)] == [c.source for c in _code_cells(committed)]
     assert [_shape(c) for c in _code_cells(executed)] == [_shape(c) for c in _code_cells(committed)], (
