@@ -45,10 +45,16 @@ def _overridden(hook: Any, method: str) -> Callable[..., Any] | None:
     return fn
 
 
+# The stock hooks' before_run/after_run never use the default graph (checked
+# for each of them), so a step of stock hooks alone skips the graph switch.
+_STOCK_MODULE = "tensorflow.python.training.basic_session_run_hooks"
+
+
 class _Bound:
     """A hook with its methods looked up once, and its fetch plan."""
 
-    __slots__ = ("hook", "before_name", "after_name", "fetch_name", "before_run", "after_run", "cached", "plan")
+    __slots__ = ("after_name", "after_run", "before_name", "before_run", "cached", "fetch_name", "hook",
+                 "needs_graph", "plan")
 
     def __init__(self, hook: Any) -> None:
         self.hook = hook
@@ -57,28 +63,35 @@ class _Bound:
         self.fetch_name = f"the fetches of {type(hook).__name__}.before_run"
         self.before_run = _overridden(hook, "before_run")
         self.after_run = _overridden(hook, "after_run")
+        self.needs_graph = any(
+            fn is not None and getattr(fn, "__module__", None) != _STOCK_MODULE
+            for fn in (self.before_run, self.after_run)
+        )
         self.cached: Plan | None = None
         self.plan: Plan | None = None
 
 
 class _Guard:
-    """The adapter graph as default graph; on an exception, the run is closed.
+    """The adapter graph as default graph (unless `with_graph` is False); on an
+    exception, the run is closed.
 
     A flat context manager (see `DefaultGraphScope`): it is entered twice a step.
     """
 
-    __slots__ = ("_runner", "_enter", "_exit")
+    __slots__ = ("_enter", "_exit", "_runner")
 
-    def __init__(self, runner: HookRunner) -> None:
+    def __init__(self, runner: HookRunner, with_graph: bool = True) -> None:
         self._runner = runner
-        self._enter = runner.graph.scope.__enter__
-        self._exit = runner.graph.scope.__exit__
+        self._enter = runner.graph.scope.__enter__ if with_graph else None
+        self._exit = runner.graph.scope.__exit__ if with_graph else None
 
     def __enter__(self) -> None:
-        self._enter()
+        if self._enter is not None:
+            self._enter()
 
     def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
-        self._exit(kind, error, tb)
+        if self._exit is not None:
+            self._exit(kind, error, tb)
         if error is not None:
             # TF1 skips end() after an error; the run is over either way.
             self._runner.close()
@@ -216,7 +229,7 @@ class HookRunner:
         self._context: SessionRunContext | None = None
         self._derived = False
         # Makes the adapter graph the default graph, and closes the run on error.
-        self._guard = _Guard(self)
+        self._guard = self._step_guard = _Guard(self)
 
     # -- the TF1 events ------------------------------------------------------
 
@@ -230,6 +243,7 @@ class HookRunner:
                 name = f"the hooks factory {getattr(factory, '__qualname__', repr(factory))}()"
                 self.hooks = as_hook_list(self._invoke(name, factory), f"What {name} returned")
             self._bound = [_Bound(h) for h in self.hooks]
+            self._step_guard = _Guard(self, with_graph=any(b.needs_graph for b in self._bound))
             for hook in self.hooks:
                 self._call(hook, "begin")
             self.graph.seal()
@@ -240,13 +254,21 @@ class HookRunner:
         """Calls every `before_run` with the step's shared context and compiles its fetches."""
         self._context = context = SessionRunContext(_ORIGINAL_ARGS, self.session)
         derived = False
-        with self._guard:
-            for bound in self._bound:
-                if bound.before_run is None:
-                    continue
-                args = self._invoke(bound.before_name, bound.before_run, context)
-                bound.plan = plan = None if args is None else self._plan(bound, args)
-                derived = derived or (plan is not None and bool(plan.derived))
+        # The hot path calls hooks inline rather than through `_invoke`; the
+        # except clause adds the same note.
+        try:
+            with self._step_guard:
+                for bound in self._bound:
+                    before_run = bound.before_run
+                    if before_run is None:
+                        continue
+                    self.caller = bound.before_name
+                    args = before_run(context)
+                    bound.plan = plan = None if args is None else self._plan(bound, args)
+                    derived = derived or (plan is not None and bool(plan.derived))
+        except BaseException as error:
+            _add_note(error, f"Raised in {self.caller}, called by HookCallback.")
+            raise
         self._derived = derived
 
     def after_run(self, logs: Mapping[str, Any], steps: int) -> bool:
@@ -264,22 +286,28 @@ class HookRunner:
         if self.advances:
             self.step = stale + steps
         self.logs = logs
-        with self._guard:
+        with self._step_guard:
             ran = self._run_derived(logs, stale) if self._derived else {}
             logs_values = None  # read-only, so one per step serves every hook
-            for bound in self._bound:
-                plan = bound.plan
-                bound.plan = None
-                if bound.after_run is None:
-                    continue
-                if plan is None:
-                    if logs_values is None:
-                        logs_values = SessionRunValues(LogsView(logs, self.graph), _NO_OPTIONS, None)
-                    values = logs_values
-                else:
-                    results = self._invoke(bound.fetch_name, plan.resolve, logs, stale, ran)
-                    values = SessionRunValues(results, _NO_OPTIONS, None)
-                self._invoke(bound.after_name, bound.after_run, context, values)
+            try:
+                for bound in self._bound:
+                    plan = bound.plan
+                    bound.plan = None
+                    after_run = bound.after_run
+                    if after_run is None:
+                        continue
+                    if plan is None:
+                        if logs_values is None:
+                            logs_values = SessionRunValues(LogsView(logs, self.graph), _NO_OPTIONS, None)
+                        values = logs_values
+                    else:
+                        self.caller = bound.fetch_name
+                        values = SessionRunValues(plan.resolve(logs, stale, ran), _NO_OPTIONS, None)
+                    self.caller = bound.after_name
+                    after_run(context, values)
+            except BaseException as error:
+                _add_note(error, f"Raised in {self.caller}, called by HookCallback.")
+                raise
         return context.stop_requested or self.coord.should_stop()
 
     def end(self) -> None:

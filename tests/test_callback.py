@@ -331,3 +331,31 @@ def test_an_error_in_a_hooks_factory_propagates_naming_the_factory():
 def test_a_hooks_factory_returning_non_hooks_is_a_type_error_naming_it():
     with pytest.raises(TypeError, match=r"What the hooks factory .*<lambda>\(\) returned takes a hook, .*got 3"):
         fit(make_model(), lambda: 3)
+
+
+class GraphSeeingHook(tf.compat.v1.train.SessionRunHook):
+    """Notes the default graph in each method."""
+
+    def __init__(self) -> None:
+        self.graphs: dict[str, set] = {}
+
+    def _note(self, method):
+        self.graphs.setdefault(method, set()).add(id(tf.compat.v1.get_default_graph()))
+
+    def begin(self):
+        self._note("begin")
+
+    def before_run(self, run_context):
+        self._note("before_run")
+
+    def after_run(self, run_context, run_values):
+        self._note("after_run")
+        assert not tf.executing_eagerly()  # graph mode, as in a TF1 session loop
+
+
+def test_a_custom_hook_sees_the_adapter_graph_as_default_at_every_step():
+    # Stock hooks alone skip the per-step graph switch; a custom hook must not.
+    hook = GraphSeeingHook()
+    fit(make_model(), [tf.compat.v1.train.NanTensorHook("loss"), hook])
+    assert len(hook.graphs["begin"]) == 1
+    assert hook.graphs["before_run"] == hook.graphs["after_run"] == hook.graphs["begin"]
