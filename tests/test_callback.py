@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -153,10 +154,39 @@ def test_duck_typed_hook_with_one_method_gets_the_logs_view(K):
     model = make_model(K)
     model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[HookCallback(hook), logs_callback])
     assert [dict(r) for r in hook.results] == seen
+    # tf_keras may hand callbacks tensors; hooks get the floats TF1 gave them.
+    assert {type(value) for view in hook.results for value in view.values()} == {float}
     view = hook.results[-1]
     assert view["loss"] == view["loss:0"] == seen[-1]["loss"]
     with pytest.raises(TypeError):
         view["loss"] = 1.0  # read-only
+
+
+def test_chief_only_hooks_run_after_the_hooks_on_the_chief(K):
+    calls: list = []
+    model = make_model(K)
+    callback = HookCallback(RecordingHook("every", calls, stop_at=1), chief_only_hooks=[RecordingHook("chief", calls)])
+    model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[callback])
+    names = [c[0] for c in calls]
+    assert names == ["every", "chief"] * (len(calls) // 2)  # one process: it is the chief
+    assert [c[1] for c in calls[::2]] == [c[1] for c in calls[1::2]]  # the same events
+    assert steps_seen(calls, "chief") == [0, 1]
+
+
+def test_chief_only_hooks_are_not_called_off_the_chief(K):
+    calls: list = []
+    chief_calls: list = []
+    callback = HookCallback(
+        RecordingHook("every", calls, stop_at=1), chief_only_hooks=RecordingHook("chief", chief_calls), is_chief=False
+    )
+    make_model(K).fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[callback])
+    assert chief_calls == []
+    assert steps_seen(calls, "every") == [0, 1] and calls[-1] == ("every", "end")
+
+
+def test_repr_names_chief_only_hooks():
+    callback = HookCallback([], chief_only_hooks=[RecordingHook("h", [])])
+    assert repr(callback) == "HookCallback(mode='train', hooks=[], chief_only_hooks=[RecordingHook])"
 
 
 class Nothing:
@@ -182,6 +212,20 @@ def test_constructor_rejects_a_hook_listed_twice():
     hook = OnlyAfterRun()
     with pytest.raises(ValueError, match=r"item 1 \(OnlyAfterRun\) appears twice"):
         HookCallback([hook, hook])
+
+
+def test_constructor_rejects_bad_chief_only_hooks():
+    hook = OnlyAfterRun()
+    with pytest.raises(TypeError, match=r"HookCallback\(chief_only_hooks=\.\.\.\): item 0 is .*Nothing"):
+        HookCallback([], chief_only_hooks=[Nothing()])
+    with pytest.raises(ValueError, match=r"item 0 \(OnlyAfterRun\) is also in hooks"):
+        HookCallback(hook, chief_only_hooks=[hook])
+
+
+@pytest.mark.parametrize("is_chief", ["yes", 1, 0.0])
+def test_constructor_rejects_bad_is_chief(is_chief):
+    with pytest.raises(TypeError, match=r"is_chief=\.\.\.\) must be True, False or None"):
+        HookCallback([], is_chief=is_chief)
 
 
 @pytest.mark.parametrize("mode", ["training", "TRAIN", None, 1])
@@ -283,3 +327,26 @@ def test_an_error_in_the_model_step_is_cleaned_up_at_the_next_begin(K):
     assert ("h", "end") not in calls and not left_open.closed
     callback.close()
     assert left_open.closed and callback._runner is None
+
+
+class FetchEachStep(tf.compat.v1.train.SessionRunHook):
+    def __init__(self, fetches):
+        self.fetches = fetches
+        self.values: list = []
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self.fetches)
+
+    def after_run(self, run_context, run_values):
+        self.values.append(np.array(run_values.results))
+
+
+def test_an_eager_variable_fetched_each_step_has_that_steps_value(K):
+    # Keras's JAX trainer keeps the weights outside the variables during an
+    # epoch; a stale read would repeat the epoch's first value.
+    model = make_model(K)
+    model.build((None, X.shape[1]))
+    hook = FetchEachStep(model.layers[0].kernel)
+    fit(model, hook, epochs=2)
+    assert len({value.tobytes() for value in hook.values}) == len(hook.values) == 20
+    np.testing.assert_array_equal(hook.values[-1], np.asarray(model.layers[0].kernel))
