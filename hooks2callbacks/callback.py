@@ -126,8 +126,8 @@ class HookCallback(keras.callbacks.Callback):
         tf.compat.v1.train.StopAtStepHook(last_step=500),
         tf.compat.v1.train.LoggingTensorHook(["loss", "accuracy"], every_n_iter=100),
     ]
-    savers = [tf.compat.v1.train.StepCounterHook(output_dir=model_dir)]
-    model.fit(x, y, epochs=10, callbacks=[HookCallback(hooks, chief_only_hooks=savers)])
+    writers = [MyEventWriterHook(model_dir)]  # files are written by the chief only
+    model.fit(x, y, epochs=10, callbacks=[HookCallback(hooks, chief_only_hooks=writers)])
     model.evaluate(x, y, callbacks=[HookCallback(eval_hooks, mode="eval")])
     ```
 

@@ -26,7 +26,7 @@ def K(request):
         pytest.skip(f"tf_keras is TensorFlow-only; it is tested in the run with KERAS_BACKEND=tensorflow, "
                     f"not again with {keras.backend.backend()!r}")
     if importlib.util.find_spec("tf_keras") is None:
-        pytest.skip("tf_keras is not installed: pip install '.[tf_keras]' (or tf-keras)")
+        pytest.skip("tf_keras is not installed: pip install '.[test]' (or tf-keras)")
     import tf_keras
 
     return tf_keras

@@ -25,7 +25,7 @@ TIMEOUT_S = 300
 
 needs_tf_keras = pytest.mark.skipif(
     importlib.util.find_spec("tf_keras") is None,
-    reason="tf_keras is not installed: pip install '.[tf_keras]' (or tf-keras)",
+    reason="tf_keras is not installed: pip install '.[test]' (or tf-keras)",
 )
 
 
@@ -58,7 +58,7 @@ def finish(processes: list[subprocess.Popen]) -> list[str]:
 @pytest.fixture(scope="module")
 def mirrored(tmp_path_factory):
     if importlib.util.find_spec("tf_keras") is None:
-        pytest.skip("tf_keras is not installed: pip install '.[tf_keras]' (or tf-keras)")
+        pytest.skip("tf_keras is not installed: pip install '.[test]' (or tf-keras)")
     result = tmp_path_factory.mktemp("mirrored") / "result.json"
     process = start(["mirrored", str(result)])
     (output,) = finish([process])
