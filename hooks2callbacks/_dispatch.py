@@ -198,9 +198,10 @@ class HookRunner:
     """Calls a list of hooks through one run, as `MonitoredSession` would.
 
     Args:
-        hooks: The hooks, in call order, or a zero-argument function that
-            returns them; it is called in `begin`, with the adapter graph as
-            default graph, so it can build ops over the log-key tensors.
+        sources: Where the hooks come from, in call order: each a sequence of
+            hooks, or a zero-argument function that returns them. A function is
+            called in `begin`, with the adapter graph as default graph, so it
+            can build ops over the log-key tensors.
         model: The Keras model.
         step: The global step at the start of the run.
         advances: Whether the run's steps advance the global step (training).
@@ -213,9 +214,9 @@ class HookRunner:
         caller: `"HookClass.method"` of the hook call in progress, for messages.
     """
 
-    def __init__(self, hooks: Hooks, model: Any, step: int, advances: bool) -> None:
-        self._factory = cast(Callable[[], Any], hooks) if is_factory(hooks) else None
-        self.hooks = [] if self._factory is not None else list(cast(Sequence[Any], hooks))
+    def __init__(self, sources: Sequence[Hooks], model: Any, step: int, advances: bool) -> None:
+        self._sources = sources
+        self.hooks: list[Any] = []
         self.model = model
         self.step = np.int64(step)
         self.advances = advances
@@ -234,14 +235,17 @@ class HookRunner:
     # -- the TF1 events ------------------------------------------------------
 
     def begin(self) -> None:
-        """Builds the hooks if from a factory, calls every `begin()`, seals the graph,
+        """Builds the hooks of factories, calls every `begin()`, seals the graph,
         then calls every `after_create_session`."""
         with self._guard:
             install_saver(self.graph, self.model)
-            factory = self._factory
-            if factory is not None:
-                name = f"the hooks factory {getattr(factory, '__qualname__', repr(factory))}()"
-                self.hooks = as_hook_list(self._invoke(name, factory), f"What {name} returned")
+            for source in self._sources:
+                if is_factory(source):
+                    factory = cast(Callable[[], Any], source)
+                    name = f"the hooks factory {getattr(factory, '__qualname__', repr(factory))}()"
+                    self.hooks += as_hook_list(self._invoke(name, factory), f"What {name} returned")
+                else:
+                    self.hooks += cast(Sequence[Any], source)
             self._bound = [_Bound(h) for h in self.hooks]
             self._step_guard = _Guard(self, with_graph=any(b.needs_graph for b in self._bound))
             for hook in self.hooks:

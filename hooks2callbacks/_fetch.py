@@ -69,8 +69,13 @@ def log_value(logs: Mapping[str, Any], key: str, where: str) -> Any:
         ) from None
 
 
-def read_variable(variable: Any) -> Any:
+def read_variable(variable: Any, model: Any = None) -> Any:
     """Reads an eager TF or Keras variable from inside the adapter graph's context."""
+    # Keras's JAX trainer keeps the state outside the variables during an epoch;
+    # this writes it back (as `Callback.model` does), so the value is current.
+    sync = getattr(model, "jax_state_sync", None)
+    if sync is not None:
+        sync()
     # tf.init_scope does not leave a graph entered with as_default().
     with context.eager_mode():
         return keras.ops.convert_to_numpy(variable)
@@ -109,7 +114,7 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
                 )
             return graph_leaf(obj)
         if isinstance(obj, (tf.Variable, keras.Variable)):
-            return lambda logs, step, ran: read_variable(obj)
+            return lambda logs, step, ran: read_variable(obj, model)
         raise TypeError(
             f"{where} fetched {obj!r} of type {type(obj).__name__}. Accepted: {ACCEPTED}."
         )

@@ -19,9 +19,14 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
         with the log values fed to their tensors
     call hooks.after_run(run_context, SessionRunValues(results, ...))
     if run_context.stop_requested: model.stop_training = True
+    (multi-worker: the stop is agreed across workers first, see below)
   on_train_end:
     call hooks.end(session)
     close session, flush summary writers
+
+The hooks of a run are `hooks`, then, on the chief only, `chief_only_hooks`
+(as `MonitoredTrainingSession(hooks, chief_only_hooks)` lists them). Outside
+`tf.distribute` multi-worker training every process is the chief.
 
 What `results` holds, per hook:
   * the structure of its fetches, leaf by leaf: a log key gives the float Keras
@@ -30,8 +35,13 @@ What `results` holds, per hook:
     derived tensor gives the value the graph run computed for it;
   * when `before_run` returned None: a read-only mapping of the step's logs.
 
-On stop: the step that requested it is the last; Keras still finishes the
-epoch's bookkeeping (`on_epoch_end`, validation) and then `end()` runs.
+On stop: the step that requested it is the last the hooks see; Keras still
+finishes the epoch's bookkeeping (`on_epoch_end`, validation) and then `end()`
+runs. tf_keras cannot stop `evaluate()` or `predict()` early: there the loop runs
+on, but the hooks see no further batch. Under multi-worker training, a stop
+requested on any worker (a chief-only hook, or a hook that reads a local clock)
+stops every worker after that same step: the flags are all-reduced at every
+train batch end, so no worker is left waiting in an all-reduce.
 
 On error: an exception raised by a hook propagates unchanged, with a note that
 names the hook and method. As in TF1, `after_run` of the failing step and all
@@ -42,25 +52,39 @@ closed (without `end()`) at the next `begin`, or by `HookCallback.close()`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import keras
+import tensorflow as tf
 
-from hooks2callbacks._dispatch import HookRunner, as_hook_list, is_factory
+from hooks2callbacks._dispatch import HookRunner, Hooks, as_hook_list, is_factory
+from hooks2callbacks._distribute import StopAgreement, is_chief, is_multi_worker, strategy_of
 
 MODES = ("train", "eval", "predict")
 _STOP_ATTRIBUTE = {"train": "stop_training", "eval": "stop_evaluating", "predict": "stop_predicting"}
 _KERAS_CALL = {"train": "fit()", "eval": "evaluate() or fit(validation_data=...)", "predict": "predict()"}
 
 
+def _hooks_argument(hooks: Any, argument: str) -> Hooks:
+    """Validates a hooks argument: a factory is kept, hooks become a tuple."""
+    return hooks if is_factory(hooks) else tuple(as_hook_list(hooks, f"HookCallback({argument}=...)"))
+
+
 def _initial_step(model: Any) -> int:
     optimizer = getattr(model, "optimizer", None)
     iterations = getattr(optimizer, "iterations", None)
-    return 0 if iterations is None else int(keras.ops.convert_to_numpy(iterations))
+    if iterations is None:
+        return 0
+    if isinstance(iterations, tf.Variable):  # TF backend, tf_keras (also mirrored)
+        return int(iterations.numpy())
+    return int(keras.ops.convert_to_numpy(iterations))
 
 
 class HookCallback(keras.callbacks.Callback):
     """Runs TF1 `SessionRunHook`s as a Keras callback.
+
+    The same class works with Keras 3 (any backend) and with tf_keras (Keras 2):
+    pass it to either's `fit`, `evaluate` or `predict`.
 
     Example:
 
@@ -69,45 +93,94 @@ class HookCallback(keras.callbacks.Callback):
         tf.compat.v1.train.StopAtStepHook(last_step=500),
         tf.compat.v1.train.LoggingTensorHook(["loss", "accuracy"], every_n_iter=100),
     ]
-    model.fit(x, y, epochs=10, callbacks=[HookCallback(hooks)])
+    writers = [MyEventWriterHook(model_dir)]  # files are written by the chief only
+    model.fit(x, y, epochs=10, callbacks=[HookCallback(hooks, chief_only_hooks=writers)])
     model.evaluate(x, y, callbacks=[HookCallback(eval_hooks, mode="eval")])
     ```
 
     Args:
-        hooks: One hook or a sequence of hooks, called in order. A hook is any
-            object with some of `begin`, `after_create_session`, `before_run`,
-            `after_run` and `end`; missing methods are no-ops. Or a
+        hooks: One hook or a sequence of hooks, called in order on every worker.
+            A hook is any object with some of `begin`, `after_create_session`,
+            `before_run`, `after_run` and `end`; missing methods are no-ops. Or a
             zero-argument function returning them: it is called at the start
             of each run with the adapter graph as default graph, so it can
             build ops such as summaries over `log_tensor("loss")`, as a TF1
             `model_fn` built them.
         mode: `"train"` (the `fit` loop), `"eval"` (`evaluate`, and each
             validation pass inside `fit`) or `"predict"`. Defaults to `"train"`.
+        chief_only_hooks: Hooks called only on the chief worker, after `hooks`,
+            as with `MonitoredTrainingSession(chief_only_hooks=...)`: hooks that
+            write files (checkpoints, summaries, step counters). Defaults to none.
+            A sequence or a factory, as `hooks`.
+        is_chief: Whether this process is the chief. Defaults to `None`: ask the
+            model's `tf.distribute` strategy (only a non-chief worker of
+            `MultiWorkerMirroredStrategy` is not the chief). Set it when the
+            workers are organised outside `tf.distribute` (JAX, PyTorch).
 
     Raises:
-        TypeError: `hooks` is not a hook, a sequence of hooks or a function,
-            or holds a hook class or a hook that cannot run under Keras
-            (`FeedFnHook`, `ProfilerHook`, a `CheckpointSaverHook` with its own
-            saver).
+        TypeError: `hooks` or `chief_only_hooks` is not a hook, a sequence of
+            hooks or a function, or holds a hook class or a hook that cannot run
+            under Keras (`FeedFnHook`, `ProfilerHook`, a `CheckpointSaverHook`
+            with its own saver); `is_chief` is not a bool or None.
         ValueError: `mode` is not one of the modes, or a hook appears twice.
     """
 
-    def __init__(self, hooks: Any | Callable[[], Any], mode: str = "train") -> None:
+    # tf_keras's CallbackList reads these; Keras 3 ignores them. No tensors in
+    # logs: hooks get the floats TF1 gave them, converted by tf_keras itself.
+    _supports_tf_logs = False
+    # Every worker must run the callback, to take part in the stop agreement.
+    _chief_worker_only = False
+
+    def __init__(
+        self,
+        hooks: Any | Callable[[], Any],
+        mode: str = "train",
+        chief_only_hooks: Any | Callable[[], Any] = (),
+        is_chief: bool | None = None,
+    ) -> None:
         super().__init__()
         if not isinstance(mode, str) or mode not in MODES:
             raise ValueError(f"HookCallback(mode=...) must be one of {MODES}, got {mode!r}.")
-        self.hooks: Sequence[Any] | Callable[[], Any] = hooks if is_factory(hooks) else tuple(as_hook_list(hooks))
+        if is_chief is not None and not isinstance(is_chief, bool):
+            raise TypeError(
+                f"HookCallback(is_chief=...) must be True, False or None (ask tf.distribute), "
+                f"got {is_chief!r} of type {type(is_chief).__name__}."
+            )
+        self.hooks: Hooks = _hooks_argument(hooks, "hooks")
+        self.chief_only_hooks: Hooks = _hooks_argument(chief_only_hooks, "chief_only_hooks")
+        # Factories make new hooks each run; only two lists can share one.
+        both = not callable(self.hooks) and not callable(self.chief_only_hooks)
+        for index, hook in enumerate(cast(Sequence[Any], self.chief_only_hooks) if both else ()):
+            if any(hook is other for other in cast(Sequence[Any], self.hooks)):
+                raise ValueError(
+                    f"HookCallback(chief_only_hooks=...): item {index} ({type(hook).__name__}) is "
+                    "also in hooks, so the chief would call it twice per event. List it in one "
+                    "of the two."
+                )
         self.mode = mode
+        self.is_chief = is_chief
         self._runner: HookRunner | None = None
+        self._agreement: StopAgreement | None = None
+        self._stopped = False
         self._in_fit = False
         self._first_batch = 0
 
     def __repr__(self) -> str:
-        if callable(self.hooks):
-            hooks = getattr(self.hooks, "__qualname__", repr(self.hooks))
-        else:
-            hooks = f"[{', '.join(type(h).__name__ for h in self.hooks)}]"
-        return f"HookCallback(mode={self.mode!r}, hooks={hooks})"
+        text = f"HookCallback(mode={self.mode!r}, hooks={_describe(self.hooks)}"
+        if self.chief_only_hooks:
+            text += f", chief_only_hooks={_describe(self.chief_only_hooks)}"
+        return text + ")"
+
+    # -- tf_keras's CallbackList asks which batch events to call --------------
+
+    def _implements_train_batch_hooks(self) -> bool:
+        return self.mode == "train"
+
+    def _implements_test_batch_hooks(self) -> bool:
+        return self.mode == "eval"
+
+    def _implements_predict_batch_hooks(self) -> bool:
+        return self.mode == "predict"
 
     # -- run lifetime ----------------------------------------------------------
 
@@ -119,9 +192,18 @@ class HookCallback(keras.callbacks.Callback):
                 f"to {_KERAS_CALL[self.mode]}."
             )
         self.close()
-        self._runner = HookRunner(
-            self.hooks, self.model, _initial_step(self.model), advances=mode == "train"
-        )
+        model = self.model
+        strategy = strategy_of(model)
+        chief = is_chief(strategy) if self.is_chief is None else self.is_chief
+        hooks = (self.hooks, self.chief_only_hooks) if chief else (self.hooks,)
+        # Only training can be cut short, so only training must agree on it.
+        if mode == "train" and is_multi_worker(strategy):
+            if self._agreement is None or self._agreement.strategy is not strategy:
+                self._agreement = StopAgreement(strategy)
+        else:
+            self._agreement = None
+        self._stopped = False
+        self._runner = HookRunner(hooks, model, _initial_step(model), advances=mode == "train")
         self._runner.begin()
 
     def _finish(self) -> None:
@@ -141,13 +223,20 @@ class HookCallback(keras.callbacks.Callback):
 
     def _batch_begin(self, batch: int) -> None:
         runner = self._runner
-        if runner is not None:
+        if runner is not None and not self._stopped:
             self._first_batch = batch
             runner.before_run()
 
     def _batch_end(self, batch: int, logs: Any, mode: str) -> None:
         runner = self._runner
-        if runner is not None and runner.after_run(logs or {}, batch - self._first_batch + 1):
+        if runner is None or self._stopped:
+            return
+        stop = runner.after_run(logs or {}, batch - self._first_batch + 1)
+        if self._agreement is not None:
+            stop = self._agreement(stop)
+        if stop:
+            # The hooks' loop is over even where Keras cannot stop (tf_keras's evaluate).
+            self._stopped = True
             setattr(self.model, _STOP_ATTRIBUTE[mode], True)
 
     # -- Keras events ------------------------------------------------------------
@@ -201,3 +290,9 @@ class HookCallback(keras.callbacks.Callback):
     def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
         if self.mode == "predict":
             self._batch_end(batch, logs, "predict")
+
+
+def _describe(hooks: Hooks) -> str:
+    if callable(hooks):
+        return str(getattr(hooks, "__qualname__", repr(hooks)))
+    return f"[{', '.join(type(h).__name__ for h in hooks)}]"

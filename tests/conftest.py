@@ -2,3 +2,31 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import importlib.util  # noqa: E402
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
+
+FLAVOURS = ("keras", "tf_keras")
+
+
+@pytest.fixture(params=FLAVOURS)
+def K(request):
+    """The Keras package under test: Keras 3 (on $KERAS_BACKEND), then tf_keras (Keras 2).
+
+    The contract suites take it as their first argument, so that each of their
+    tests runs once per flavour. tf_keras is imported as `tf_keras`, which is
+    what `tf.keras` means under TF_USE_LEGACY_KERAS=1; it can share a process
+    with Keras 3.
+    """
+    if request.param == "keras":
+        return keras
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip(f"tf_keras is TensorFlow-only; it is tested in the run with KERAS_BACKEND=tensorflow, "
+                    f"not again with {keras.backend.backend()!r}")
+    if importlib.util.find_spec("tf_keras") is None:
+        pytest.skip("tf_keras is not installed: pip install '.[test]' (or tf-keras)")
+    import tf_keras
+
+    return tf_keras

@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 from tensorflow.python.training import training_util
 
@@ -21,23 +22,36 @@ def make_data(n: int = 320, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def make_model(steps_per_execution: int = 1, metrics: tuple[str, ...] = ("accuracy",)) -> keras.Model:
-    """Returns a compiled small MLP."""
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential(
+def make_model(
+    K: Any = keras, steps_per_execution: int = 1, metrics: tuple[str, ...] = ("accuracy",)
+) -> keras.Model:
+    """Returns a compiled small MLP of the Keras package `K` (keras or tf_keras)."""
+    K.utils.set_random_seed(0)
+    model = K.Sequential(
         [
-            keras.Input((N_FEATURES,)),
-            keras.layers.Dense(16, activation="relu"),
-            keras.layers.Dense(N_CLASSES),
+            K.Input((N_FEATURES,)),
+            K.layers.Dense(16, activation="relu"),
+            K.layers.Dense(N_CLASSES),
         ]
     )
     model.compile(
-        optimizer=keras.optimizers.SGD(0.05),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=K.optimizers.SGD(0.05),
+        loss=K.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=list(metrics),
         steps_per_execution=steps_per_execution,
     )
     return model
+
+
+def iterations(model: Any) -> int:
+    """The model's optimizer step count."""
+    return int(np.asarray(model.optimizer.iterations))
+
+
+def needs_backend(*backends: str, reason: str) -> pytest.MarkDecorator:
+    """Skips a test unless Keras 3 runs on one of `backends`."""
+    backend = keras.backend.backend()
+    return pytest.mark.skipif(backend not in backends, reason=f"not on KERAS_BACKEND={backend}: {reason}")
 
 
 class RecordingHook(tf.compat.v1.train.SessionRunHook):

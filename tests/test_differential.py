@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import tensorflow as tf
 
@@ -12,17 +14,17 @@ X, Y = make_data()
 STEPS_PER_EPOCH = 10
 
 
-def run_keras(hooks, max_steps):
-    model = make_model()
+def run_keras(K, hooks, max_steps):
+    model = make_model(K)
     model.fit(X, Y, batch_size=32, epochs=max_steps // STEPS_PER_EPOCH, verbose=0, callbacks=[HookCallback(hooks)])
     return int(model.optimizer.iterations.numpy())
 
 
 @pytest.mark.parametrize("stop_at", [None, 0, 3, 9, 14])
 @pytest.mark.parametrize("n_hooks", [1, 3])
-def test_call_sequence_matches_monitored_session(stop_at, n_hooks):
+def test_call_sequence_matches_monitored_session(K, stop_at, n_hooks):
     records = {}
-    for system, run in (("tf1", run_tf1), ("keras", run_keras)):
+    for system, run in (("tf1", run_tf1), ("keras", functools.partial(run_keras, K))):
         calls: list = []
         hooks = [RecordingHook(f"h{i}", calls, stop_at=stop_at if i == n_hooks - 1 else None) for i in range(n_hooks)]
         run(hooks, max_steps=20)
@@ -32,9 +34,9 @@ def test_call_sequence_matches_monitored_session(stop_at, n_hooks):
 
 
 @pytest.mark.parametrize("kwargs", [dict(num_steps=7), dict(last_step=13), dict(last_step=40)])
-def test_stop_at_step_hook_stops_where_tf1_stops(kwargs):
+def test_stop_at_step_hook_stops_where_tf1_stops(K, kwargs):
     records = {}
-    for system, run in (("tf1", run_tf1), ("keras", run_keras)):
+    for system, run in (("tf1", run_tf1), ("keras", functools.partial(run_keras, K))):
         calls: list = []
         hooks = [RecordingHook("rec", calls), tf.compat.v1.train.StopAtStepHook(**kwargs)]
         run(hooks, max_steps=20)

@@ -1,0 +1,143 @@
+"""Training runs under tf.distribute, each in a process of its own; run by test_distribute.py.
+
+TF fixes its devices and cluster when it initializes, so these cannot run in
+the pytest process:
+
+    python distributed_run.py mirrored RESULT.json
+        2 logical CPUs, MirroredStrategy, with Keras 3 and with tf_keras.
+    python distributed_run.py worker HOOK_DIR RESULT.json     (TF_CONFIG set)
+        one worker of a MultiWorkerMirroredStrategy cluster, with tf_keras.
+
+Each writes what its hooks saw as JSON to RESULT.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import tensorflow as tf  # noqa: E402
+
+MIRRORED_STEPS = 15  # StopAtStepHook(last_step=...) within 2 epochs of 10 steps
+WORKER_STOP_STEP = 3  # the non-chief worker asks to stop after this (stale) step
+
+
+def mirrored(result_path: str) -> None:
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras
+    import tf_keras
+
+    results = {}
+    for name, K in (("keras", keras), ("tf_keras", tf_keras)):
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        results[name] = train_mirrored(K, strategy)
+    write(result_path, results)
+
+
+def train_mirrored(K, strategy) -> dict:
+    from hooks2callbacks import HookCallback
+    from support import RecordingHook, iterations, make_data, make_model
+
+    x, y = make_data()
+    with strategy.scope():
+        model = make_model(K)
+    calls: list = []
+    hook = RecordingHook("h", calls, fetches="loss")
+    seen_logs: list = []
+    recorder = K.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs=None: seen_logs.append(dict(logs)))
+    stop = tf.compat.v1.train.StopAtStepHook(last_step=MIRRORED_STEPS)
+    model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[recorder, HookCallback([hook, stop])])
+    # The same training on one device: the loss over the whole batch, which is
+    # what the replicas' all-reduced logs must equal (one replica's loss would not).
+    single_model = make_model(K)
+    single = RecordingHook("single", [], fetches="loss")
+    single_model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[HookCallback([single, stop])])
+    final = tf.compat.v1.train.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
+    evaluated = model.evaluate(x, y, batch_size=32, verbose=0, return_dict=True, callbacks=[HookCallback(final, mode="eval")])
+    return {
+        "replicas": strategy.num_replicas_in_sync,
+        "steps": [c[2] for c in calls if c[1] == "after_run"],
+        "hook_loss": hook.results,
+        "hook_loss_types": sorted({type(v).__name__ for v in hook.results}),
+        "keras_loss": [step_logs["loss"] for step_logs in seen_logs],
+        "single_device_loss": single.results,
+        "iterations": iterations(model),
+        "final_ops": {k: float(v) for k, v in final.final_ops_values.items()},
+        "evaluated": {k: float(evaluated[k]) for k in ("loss", "accuracy")},
+    }
+
+
+class StopOnTask(tf.compat.v1.train.SessionRunHook):
+    """Asks to stop after `step`, on the worker with task index `task` only."""
+
+    def __init__(self, task: int, this_task: int, step: int) -> None:
+        self.stops_here = task == this_task
+        self.step = step
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(tf.compat.v1.train.get_global_step())
+
+    def after_run(self, run_context, run_values):
+        if self.stops_here and run_values.results >= self.step:
+            run_context.request_stop()
+
+
+class StepFileHook(tf.compat.v1.train.SessionRunHook):
+    """Writes each (stale) global step to a file in `directory`, as a summary writer would."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, "steps.txt")
+
+    def begin(self):
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.step = tf.compat.v1.train.get_global_step()
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self.step)
+
+    def after_run(self, run_context, run_values):
+        with open(self.path, "a") as file:
+            file.write(f"{run_values.results}\n")
+
+
+def worker(hook_dir: str, result_path: str) -> None:
+    # The strategy must exist before any other TF work in the process.
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    import tf_keras as K
+
+    from hooks2callbacks import HookCallback
+    from support import RecordingHook, iterations, make_data, make_model
+
+    task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    x, y = make_data()
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).with_options(options)
+    with strategy.scope():
+        model = make_model(K)
+    calls: list = []
+    hooks = [RecordingHook("every", calls, fetches="loss"), StopOnTask(1, task, WORKER_STOP_STEP)]
+    chief_only = [RecordingHook("chief", calls), StepFileHook(hook_dir)]
+    callback = HookCallback(hooks, chief_only_hooks=chief_only)
+    model.fit(dataset, epochs=3, verbose=0, callbacks=[callback])
+    write(result_path, {"task": task, "calls": calls, "iterations": iterations(model)})
+
+
+def write(path: str, value) -> None:
+    with open(path, "w") as file:
+        json.dump(value, file)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if sys.argv[1] == "mirrored":
+        mirrored(sys.argv[2])
+    elif sys.argv[1] == "worker":
+        worker(sys.argv[2], sys.argv[3])
+    else:
+        raise SystemExit(f"unknown run {sys.argv[1]!r}; expected 'mirrored' or 'worker'")

@@ -1,0 +1,37 @@
+"""The contract suites again, with Keras 3 on the JAX and PyTorch backends.
+
+Keras fixes its backend at import, so each backend runs in a pytest subprocess
+of its own, with `KERAS_BACKEND` set. The adapter graph stays plain TensorFlow
+there; only the model runs on the other backend.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+TESTS = pathlib.Path(__file__).parent
+CONTRACT_SUITES = ("test_callback.py", "test_differential.py", "test_stock_hooks.py")
+TIMEOUT_S = 900
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend, package", [("jax", "jax"), ("torch", "torch")])
+def test_contract_suites_pass_on_backend(backend, package):
+    if importlib.util.find_spec(package) is None:
+        pytest.skip(
+            f"KERAS_BACKEND={backend} needs the {package!r} package, which is not installed: "
+            "pip install '.[backends]' (CI does)"
+        )
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CONTRACT_SUITES]
+    done = subprocess.run(command, cwd=TESTS, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    assert done.returncode == 0, f"KERAS_BACKEND={backend}: {summary}\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
+    assert " passed" in summary and not re.search(r"\d+ (failed|errors?)\b", summary), summary

@@ -1,0 +1,121 @@
+"""HookCallback under tf.distribute: MirroredStrategy on 2 logical CPUs, and 2 local workers.
+
+TF fixes its devices and cluster when it initializes, so each run is a process
+of its own (`distributed_run.py`); these tests start it and check what its
+hooks saw.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import distributed_run
+
+RUN = pathlib.Path(distributed_run.__file__)
+TIMEOUT_S = 300
+
+needs_tf_keras = pytest.mark.skipif(
+    importlib.util.find_spec("tf_keras") is None,
+    reason="tf_keras is not installed: pip install '.[test]' (or tf-keras)",
+)
+
+
+def start(args: list[str], **env: str) -> subprocess.Popen:
+    # A session of its own, so that cleanup can end the process and anything it started.
+    return subprocess.Popen(
+        [sys.executable, str(RUN), *args], cwd=RUN.parent, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+
+
+def finish(processes: list[subprocess.Popen]) -> list[str]:
+    """Waits for every process (TIMEOUT_S in all); kills any left. Returns their outputs."""
+    outputs = []
+    try:
+        for process in processes:
+            try:
+                outputs.append(process.communicate(timeout=TIMEOUT_S)[0])
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{process.args} did not finish within {TIMEOUT_S} s (a worker left waiting?)")
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    assert all(process.poll() is not None for process in processes)
+    return outputs
+
+
+@pytest.fixture(scope="module")
+def mirrored(tmp_path_factory):
+    if importlib.util.find_spec("tf_keras") is None:
+        pytest.skip("tf_keras is not installed: pip install '.[test]' (or tf-keras)")
+    result = tmp_path_factory.mktemp("mirrored") / "result.json"
+    process = start(["mirrored", str(result)])
+    (output,) = finish([process])
+    assert process.returncode == 0, output[-5000:]
+    return json.loads(result.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
+def test_mirrored_strategy_hooks_see_all_reduced_logs_and_each_step_once(mirrored, flavour):
+    run = mirrored[flavour]
+    steps = distributed_run.MIRRORED_STEPS
+    assert run["replicas"] == 2
+    assert run["steps"] == list(range(steps)) and run["iterations"] == steps
+    assert run["hook_loss"] == run["keras_loss"] and run["hook_loss_types"] == ["float"]
+    # All-reduced over the global batch: the loss one device computes on it.
+    assert run["hook_loss"] == pytest.approx(run["single_device_loss"], rel=1e-4)
+    assert run["final_ops"] == pytest.approx(run["evaluated"], rel=1e-6)
+
+
+def free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("localhost", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+@pytest.mark.slow
+@needs_tf_keras
+def test_multi_worker_chief_only_hooks_and_a_stop_on_one_worker(tmp_path):
+    workers = [f"localhost:{port}" for port in free_ports(2)]
+    processes = []
+    for index in range(2):
+        config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        args = ["worker", str(tmp_path / f"hooks{index}"), str(tmp_path / f"result{index}.json")]
+        processes.append(start(args, TF_CONFIG=json.dumps(config)))
+    outputs = finish(processes)
+    for process, output in zip(processes, outputs):
+        assert process.returncode == 0, output[-5000:]
+    chief, other = (json.loads((tmp_path / f"result{i}.json").read_text()) for i in range(2))
+
+    # Worker 1 alone asked to stop after step 3; both stopped there, neither hung.
+    last = distributed_run.WORKER_STOP_STEP
+    assert chief["iterations"] == other["iterations"] == last + 1
+    every = [tuple(c) for c in other["calls"]]
+    assert {c[0] for c in every} == {"every"}
+    assert [c[2] for c in every if c[1] == "after_run"] == list(range(last + 1))
+    # On the chief the chief-only hooks run too, after the others at every event.
+    expected = []
+    for call in every:
+        expected += [call, ("chief", *call[1:])]
+    assert [tuple(c[:2]) for c in chief["calls"]] == [tuple(c[:2]) for c in expected]
+    assert [c for c in map(tuple, chief["calls"]) if c[0] == "every"] == every
+    # Only the chief's directory gets files.
+    assert (tmp_path / "hooks0" / "steps.txt").read_text().split() == [str(s) for s in range(last + 1)]
+    assert not (tmp_path / "hooks1").exists()
