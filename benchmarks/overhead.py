@@ -21,6 +21,11 @@ Variants (each trains the same-shaped MLP on the same synthetic data):
             tf.data pipeline through a one-shot iterator); no default hooks.
   idle      ten hooks whose `before_run` returns None and whose `after_run` does
             nothing, through `HookCallback`: the adapter's fixed per-hook cost.
+  direct    the four hooks with no adapter: a plain Keras callback calls their
+            `before_run`/`after_run` itself, with results made from the logs
+            (the hooks sit on their own TF1 graph; StepCounterHook's one
+            `session.run(global_step)` gets the step). adapted - direct is the
+            adapter's own share of adapted - bare; the rest is the hooks' code.
 
 How a step is timed. Every Keras variant gets the same two extra callbacks: a
 start marker placed *first* in the callback list, which records
@@ -52,10 +57,12 @@ For tf1 the interval is the plain loop of `steps` `MonitoredSession.run(train_op
 calls on a session kept open across rounds (the graph is built and the session
 created once, before the warm-up), so it has no setup or in-callbacks column.
 
-Every model is built, compiled and traced before the rounds (in the warm-up
-round, whose numbers are dropped); each variant reuses its model, callbacks
-and hooks in every round. Rounds run the variants in a fixed order
-(bare manual adapted tf1 idle, then again), so slow drift of a shared machine
+The Keras variants share one model (and so one compiled train step): only
+their callbacks differ. It is built, compiled and traced before the rounds (in
+the warm-up round, whose numbers are dropped); each variant reuses its
+callbacks and hooks in every round, and the global step keeps counting across
+fits, as it would across a user's fits. Rounds run the variants in a fixed order
+(bare manual adapted tf1 idle direct, then again), so slow drift of a shared machine
 hits all variants alike; the ratios are computed within each round and their
 median is reported, which cancels drift better than a ratio of medians.
 `gc.collect()` runs before each timed fit, outside the interval.
@@ -81,16 +88,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _common  # noqa: E402
 import keras  # noqa: E402
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow.python.platform import tf_logging  # noqa: E402
 
 from hooks2callbacks import HookCallback  # noqa: E402
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VARIANTS = ("bare", "manual", "adapted", "tf1", "idle")
+VARIANTS = ("bare", "manual", "adapted", "tf1", "idle", "direct")
 RATIOS = (
     ("adapted", "bare"),
     ("adapted", "manual"),
+    ("adapted", "direct"),
     ("manual", "bare"),
     ("idle", "bare"),
     ("tf1", "bare"),
@@ -186,6 +195,54 @@ class ManualCallback(keras.callbacks.Callback):
         self.writer.flush()
 
 
+class DirectHooksCallback(keras.callbacks.Callback):
+    """The four stock hooks called straight from a Keras callback: no adapter."""
+
+    def __init__(self, output_dir: str) -> None:
+        super().__init__()
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.compat.v1.train.get_or_create_global_step()
+            self.loss = tf.constant(0.5, name="loss")
+            tf.constant(0.5, name="accuracy")
+            self.hooks = _common.stock_hooks(output_dir, self.loss)
+            for hook in self.hooks:
+                hook.begin()
+        self.graph = graph
+        callback = self
+
+        class Session:  # what the hooks' session.run(global_step) needs
+            def run(self, fetches: Any) -> Any:
+                return callback.step
+
+        self.session = Session()
+        self.original = tf.compat.v1.train.SessionRunArgs(None)
+        self.step = np.int64(0)
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self.step = np.int64(int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)))
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self.context = context = tf.compat.v1.train.SessionRunContext(self.original, self.session)
+        self.fetches = [hook.before_run(context) for hook in self.hooks]
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        stale, self.step = self.step, self.step + 1
+        for hook, args in zip(self.hooks, self.fetches):
+            fetches = None if args is None else args.fetches
+            if fetches is None:
+                value: Any = None
+            elif isinstance(fetches, dict):
+                value = {tag: logs[tag] for tag in fetches}
+            elif fetches is self.loss:
+                value = logs["loss"]
+            else:
+                value = stale
+            hook.after_run(self.context, tf.compat.v1.train.SessionRunValues(value, None, None))
+        if self.context.stop_requested:
+            self.model.stop_training = True
+
+
 class IdleHook(tf.compat.v1.train.SessionRunHook):
     """A hook that fetches nothing and does nothing (SessionRunHook's defaults)."""
 
@@ -196,9 +253,9 @@ class IdleHook(tf.compat.v1.train.SessionRunHook):
 class KerasVariant:
     """A Keras model and its callbacks, built once and fitted each round."""
 
-    def __init__(self, name: str, widths: tuple[int, ...], dataset: Any, callbacks: list[Any]) -> None:
+    def __init__(self, name: str, model: Any, dataset: Any, callbacks: list[Any]) -> None:
         self.name = name
-        self.model = _common.keras_mlp(widths)
+        self.model = model
         self.dataset = dataset
         self.start = StartMarker()
         self.stop = StopMarker(self.start)
@@ -273,17 +330,23 @@ class TF1Variant:
 
 def build_variants(names: list[str], widths: tuple[int, ...], tmp: str) -> list[Any]:
     dataset = _common.synthetic_dataset(widths)
+    # One model for every Keras variant: they time the same compiled step, so
+    # a difference between two model instances cannot pass for a callback's cost.
+    model = _common.keras_mlp(widths)
     makers: dict[str, Callable[[], Any]] = {
-        "bare": lambda: KerasVariant("bare", widths, dataset, []),
+        "bare": lambda: KerasVariant("bare", model, dataset, []),
         "manual": lambda: KerasVariant(
-            "manual", widths, dataset, [ManualCallback(os.path.join(tmp, "manual"))]
+            "manual", model, dataset, [ManualCallback(os.path.join(tmp, "manual"))]
         ),
         "adapted": lambda: KerasVariant(
-            "adapted", widths, dataset, [HookCallback(_common.stock_hooks(os.path.join(tmp, "adapted")))]
+            "adapted", model, dataset, [HookCallback(_common.stock_hooks(os.path.join(tmp, "adapted")))]
         ),
         "tf1": lambda: TF1Variant(widths, os.path.join(tmp, "tf1")),
         "idle": lambda: KerasVariant(
-            "idle", widths, dataset, [HookCallback([IdleHook() for _ in range(10)])]
+            "idle", model, dataset, [HookCallback([IdleHook() for _ in range(10)])]
+        ),
+        "direct": lambda: KerasVariant(
+            "direct", model, dataset, [DirectHooksCallback(os.path.join(tmp, "direct"))]
         ),
     }
     return [makers[n]() for n in names]

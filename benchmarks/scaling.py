@@ -6,18 +6,18 @@ Run from the repository root:
 
 The small MLP is compiled once with 2 log keys (loss, accuracy) and once with
 50 (48 more accuracy metrics under other names). Each gets, in turn, the four
-stock hooks of `overhead.py` through one HookCallback ("adapted"), and
-`overhead.py`'s hand-written callback doing the same work ("manual", the
-control). `overhead.py`'s timing markers measure the time spent inside the
+stock hooks of `overhead.py` through one HookCallback ("adapted"), the same
+hooks called by a plain callback with no adapter ("direct"), and `overhead.py`'s
+hand-written callback doing the same work ("manual", the control). `overhead.py`'s timing markers measure the time spent inside the
 callbacks between them, per epoch, so Keras's own step (which the extra
 metrics slow down) is left out. The four runs alternate block by block of
 epochs in one process, so drift hits all alike.
 
 It prints the median in-callback µs/step of the first and of the last quarter
 of the epochs for each run, the ratio last/first, and the ratio 50 keys / 2
-keys for adapted and for manual: a bigger Keras step leaves the CPU's caches
-colder for any callback, so the manual ratio is the baseline that adapted's is
-compared against.
+keys for each: a bigger Keras step leaves the CPU's caches colder for any
+callback, so direct and manual are the baselines that adapted is compared
+against.
 """
 
 from __future__ import annotations
@@ -36,9 +36,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _common  # noqa: E402
 import keras  # noqa: E402
-from overhead import ManualCallback, StartMarker, StopMarker  # noqa: E402
+from overhead import DirectHooksCallback, ManualCallback, StartMarker, StopMarker  # noqa: E402
 
 from hooks2callbacks import HookCallback  # noqa: E402
+
+
+KINDS = ("adapted", "direct", "manual")
 
 
 class EpochStopMarker(StopMarker):
@@ -66,7 +69,11 @@ def build(n_keys: int, kind: str, output_dir: str) -> tuple[Any, list[Any], Epoc
     )
     start = StartMarker()
     stop = EpochStopMarker(start)
-    under_test = HookCallback(_common.stock_hooks(output_dir)) if kind == "adapted" else ManualCallback(output_dir)
+    under_test = {
+        "adapted": lambda: HookCallback(_common.stock_hooks(output_dir)),
+        "direct": lambda: DirectHooksCallback(output_dir),
+        "manual": lambda: ManualCallback(output_dir),
+    }[kind]()
     callbacks = [start, under_test, stop]
     return model, callbacks, stop
 
@@ -80,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
     dataset = _common.synthetic_dataset(_common.MODELS["small"])
     per_epoch: dict[tuple[str, int], list[float]] = {
-        (kind, keys): [] for kind in ("adapted", "manual") for keys in (2, 50)
+        (kind, keys): [] for kind in KINDS for keys in (2, 50)
     }
     with tempfile.TemporaryDirectory() as output_dir:
         runs = {run: build(run[1], run[0], os.path.join(output_dir, f"{run[0]}{run[1]}")) for run in per_epoch}
@@ -106,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         medians[kind, keys] = statistics.median(values)
         print(f"| {kind} | {keys} | {first:.1f} | {last:.1f} | {last / first:.3f} |")
     print()
-    for kind in ("adapted", "manual"):
+    for kind in KINDS:
         print(f"{kind}: all epochs, 50 keys / 2 keys = {medians[kind, 50] / medians[kind, 2]:.3f}")
     print(f"machine: {_common.python_line()}")
     return 0
