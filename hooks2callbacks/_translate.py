@@ -142,7 +142,8 @@ def restore_checkpoint(model: Any, path: str) -> str:
         )
     optimizer = getattr(model, "optimizer", None)
     with context.eager_mode():
-        if optimizer is not None and not optimizer.built:
+        # Slot variables must exist to be restored into (Keras 3: `built`; tf_keras: `_built`).
+        if optimizer is not None and not getattr(optimizer, "built", getattr(optimizer, "_built", True)):
             optimizer.build(model.trainable_variables)
         try:
             status = _checkpoint(model).read(prefix)

@@ -122,7 +122,12 @@ def worker(hook_dir: str, result_path: str) -> None:
         model = make_model(K)
     calls: list = []
     hooks = [RecordingHook("every", calls, fetches="loss"), StopOnTask(1, task, WORKER_STOP_STEP)]
-    chief_only = [RecordingHook("chief", calls), StepFileHook(hook_dir)]
+    checkpoints = os.path.join(hook_dir, "ckpt")
+    chief_only = [
+        RecordingHook("chief", calls),
+        StepFileHook(hook_dir),
+        tf.compat.v1.train.CheckpointSaverHook(checkpoints, save_steps=2),
+    ]
     callback = HookCallback(hooks, chief_only_hooks=chief_only)
     model.fit(dataset, epochs=3, verbose=0, callbacks=[callback])
     write(result_path, {"task": task, "calls": calls, "iterations": iterations(model)})

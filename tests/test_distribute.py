@@ -16,9 +16,12 @@ import socket
 import subprocess
 import sys
 
-import pytest
-
 import distributed_run
+import pytest
+import tensorflow as tf
+
+from hooks2callbacks import restore_checkpoint
+from support import iterations, make_model
 
 RUN = pathlib.Path(distributed_run.__file__)
 TIMEOUT_S = 300
@@ -118,4 +121,13 @@ def test_multi_worker_chief_only_hooks_and_a_stop_on_one_worker(tmp_path):
     assert [c for c in map(tuple, chief["calls"]) if c[0] == "every"] == every
     # Only the chief's directory gets files.
     assert (tmp_path / "hooks0" / "steps.txt").read_text().split() == [str(s) for s in range(last + 1)]
+    # A stock CheckpointSaverHook among the chief-only hooks: the chief's checkpoints,
+    # on TF1's schedule (at creation, every 2 steps, and at the end), restorable.
+    state = tf.train.get_checkpoint_state(str(tmp_path / "hooks0" / "ckpt"))
+    assert [int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths] == [0, 2, 4]
+    import tf_keras
+
+    restored = make_model(tf_keras)
+    assert restore_checkpoint(restored, str(tmp_path / "hooks0" / "ckpt")).endswith("model.ckpt-4")
+    assert iterations(restored) == last + 1
     assert not (tmp_path / "hooks1").exists()

@@ -95,7 +95,7 @@ class FakeClock:
         return self.now
 
 
-def run_both(tmp_path, max_steps=20, stop_at=None, clock=None, stop_after=lambda step: False, **timing):
+def run_both(tmp_path, max_steps=20, stop_at=None, clock=None, stop_after=lambda step: False, K=keras, **timing):
     """Runs the file-writing hooks in TF1 and in Keras; returns what each system recorded."""
     seen = {}
     for system in ("tf1", "keras"):
@@ -106,7 +106,7 @@ def run_both(tmp_path, max_steps=20, stop_at=None, clock=None, stop_after=lambda
             run_tf1(make_hooks, max_steps, before_step=clock and (lambda: setattr(clock, "now", clock.now + 3)))
             final_step = None
         else:
-            model = make_model()
+            model = make_model(K)
             ticks = [Tick(clock, 3)] if clock else []
             model.fit(X, Y, batch_size=32, epochs=max_steps // 10, verbose=0,
                       callbacks=[*ticks, HookCallback(make_hooks)])
@@ -130,8 +130,8 @@ def assert_same_schedule(seen):
 
 
 @pytest.mark.parametrize("stop_at", [None, 13])
-def test_file_writing_hooks_follow_the_tf1_step_schedule(tmp_path, stop_at):
-    seen = run_both(tmp_path, stop_at=stop_at)
+def test_file_writing_hooks_follow_the_tf1_step_schedule(K, tmp_path, stop_at):
+    seen = run_both(tmp_path, stop_at=stop_at, K=K)
     assert_same_schedule(seen)
     last = 20 if stop_at is None else stop_at
     assert seen["keras"]["final_step"] == last
@@ -167,18 +167,18 @@ def test_a_listener_asking_to_stop_stops_training_where_tf1_stops(tmp_path):
 # -- what the checkpoints hold ------------------------------------------------------
 
 
-def fit_with_checkpoints(directory, epochs=1, **hook_kwargs):
-    model = make_model()
+def fit_with_checkpoints(directory, epochs=1, K=keras, **hook_kwargs):
+    model = make_model(K)
     model.fit(X, Y, batch_size=32, epochs=epochs, verbose=0, shuffle=False,
               callbacks=[HookCallback([T.CheckpointSaverHook(str(directory), **hook_kwargs)])])
     return model
 
 
-def test_restoring_the_latest_checkpoint_gives_identical_weights_and_step(tmp_path):
-    trained = fit_with_checkpoints(tmp_path, save_steps=3)
+def test_restoring_the_latest_checkpoint_gives_identical_weights_and_step(K, tmp_path):
+    trained = fit_with_checkpoints(tmp_path, save_steps=3, K=K)
     assert tf.train.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-10")
 
-    fresh = make_model()
+    fresh = make_model(K)
     assert restore_checkpoint(fresh, str(tmp_path)) == str(tmp_path / "model.ckpt-10")
     for restored, saved in zip(fresh.get_weights(), trained.get_weights()):
         np.testing.assert_array_equal(restored, saved)
