@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks._fetch import Plan, compile_fetches
-from hooks2callbacks._graph import AdapterGraph, log_key_of
+from hooks2callbacks._graph import AdapterGraph, DefaultGraphScope, log_key_of
 from hooks2callbacks._session import AdapterSession
 from hooks2callbacks._translate import install_saver, refusal
 
@@ -35,6 +35,7 @@ Hooks = Sequence[Any] | Callable[[], Any]
 _ORIGINAL_ARGS = SessionRunArgs(fetches=None)
 _NO_OPTIONS = tf.compat.v1.RunOptions()
 _NO_TRACE = tf.compat.v1.RunOptions.NO_TRACE
+_NOTHING: Mapping[Any, Any] = {}
 
 
 def _overridden(hook: Any, method: str) -> Callable[..., Any] | None:
@@ -72,26 +73,22 @@ class _Bound:
 
 
 class _Guard:
-    """The adapter graph as default graph (unless `with_graph` is False); on an
-    exception, the run is closed.
+    """The adapter graph as default graph; on an exception, the run is closed.
 
-    A flat context manager (see `DefaultGraphScope`): it is entered twice a step.
+    For `begin` and `end`; the per-step methods do the same inline.
     """
 
-    __slots__ = ("_enter", "_exit", "_runner")
+    __slots__ = ("_runner", "_scope")
 
-    def __init__(self, runner: HookRunner, with_graph: bool = True) -> None:
+    def __init__(self, runner: HookRunner) -> None:
         self._runner = runner
-        self._enter = runner.graph.scope.__enter__ if with_graph else None
-        self._exit = runner.graph.scope.__exit__ if with_graph else None
+        self._scope = runner.graph.scope
 
     def __enter__(self) -> None:
-        if self._enter is not None:
-            self._enter()
+        self._scope.__enter__()
 
     def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
-        if self._exit is not None:
-            self._exit(kind, error, tb)
+        self._scope.__exit__(kind, error, tb)
         if error is not None:
             # TF1 skips end() after an error; the run is over either way.
             self._runner.close()
@@ -227,10 +224,15 @@ class HookRunner:
         self.coord = tf.compat.v1.train.Coordinator()
         self.closed = False
         self._bound: list[_Bound] = []
+        # The hooks that have a before_run / an after_run: the per-step loops.
+        self._befores: list[_Bound] = []
+        self._afters: list[_Bound] = []
         self._context: SessionRunContext | None = None
         self._derived = False
         # Makes the adapter graph the default graph, and closes the run on error.
-        self._guard = self._step_guard = _Guard(self)
+        self._guard = _Guard(self)
+        # The graph scope of the per-step calls; None when no per-step hook needs it.
+        self._step_scope: DefaultGraphScope | None = self.graph.scope
 
     # -- the TF1 events ------------------------------------------------------
 
@@ -247,7 +249,10 @@ class HookRunner:
                 else:
                     self.hooks += cast(Sequence[Any], source)
             self._bound = [_Bound(h) for h in self.hooks]
-            self._step_guard = _Guard(self, with_graph=any(b.needs_graph for b in self._bound))
+            self._befores = [b for b in self._bound if b.before_run is not None]
+            self._afters = [b for b in self._bound if b.after_run is not None]
+            if not any(b.needs_graph for b in self._bound):
+                self._step_scope = None
             for hook in self.hooks:
                 self._call(hook, "begin")
             self.graph.seal()
@@ -258,21 +263,23 @@ class HookRunner:
         """Calls every `before_run` with the step's shared context and compiles its fetches."""
         self._context = context = SessionRunContext(_ORIGINAL_ARGS, self.session)
         derived = False
-        # The hot path calls hooks inline rather than through `_invoke`; the
-        # except clause adds the same note.
+        # The per-step methods do inline what `_Guard` and `_invoke` do, as
+        # two calls fewer per hook and step count here.
+        scope = self._step_scope
+        if scope is not None:
+            scope.__enter__()
         try:
-            with self._step_guard:
-                for bound in self._bound:
-                    before_run = bound.before_run
-                    if before_run is None:
-                        continue
-                    self.caller = bound.before_name
-                    args = before_run(context)
-                    bound.plan = plan = None if args is None else self._plan(bound, args)
-                    derived = derived or (plan is not None and bool(plan.derived))
+            for bound in self._befores:
+                self.caller = bound.before_name
+                args = bound.before_run(context)  # type: ignore[misc]  # not None here
+                bound.plan = plan = None if args is None else self._plan(bound, args)
+                derived = derived or (plan is not None and bool(plan.derived))
         except BaseException as error:
             _add_note(error, f"Raised in {self.caller}, called by HookCallback.")
+            self._abort(scope)
             raise
+        if scope is not None:
+            scope.__exit__(None, None, None)
         self._derived = derived
 
     def after_run(self, logs: Mapping[str, Any], steps: int) -> bool:
@@ -285,21 +292,20 @@ class HookRunner:
         Returns:
             Whether a hook (or the coordinator) asked to stop.
         """
-        context = cast(SessionRunContext, self._context)  # set by before_run
+        context: SessionRunContext = self._context  # type: ignore[assignment]  # set by before_run
         stale = self.step
         if self.advances:
             self.step = stale + steps
         self.logs = logs
-        with self._step_guard:
-            ran = self._run_derived(logs, stale) if self._derived else {}
+        scope = self._step_scope
+        if scope is not None:
+            scope.__enter__()
+        try:
+            ran = self._run_derived(logs, stale) if self._derived else _NOTHING
             logs_values = None  # read-only, so one per step serves every hook
             try:
-                for bound in self._bound:
+                for bound in self._afters:
                     plan = bound.plan
-                    bound.plan = None
-                    after_run = bound.after_run
-                    if after_run is None:
-                        continue
                     if plan is None:
                         if logs_values is None:
                             logs_values = SessionRunValues(LogsView(logs, self.graph), _NO_OPTIONS, None)
@@ -308,10 +314,15 @@ class HookRunner:
                         self.caller = bound.fetch_name
                         values = SessionRunValues(plan.resolve(logs, stale, ran), _NO_OPTIONS, None)
                     self.caller = bound.after_name
-                    after_run(context, values)
+                    bound.after_run(context, values)  # type: ignore[misc]  # not None here
             except BaseException as error:
                 _add_note(error, f"Raised in {self.caller}, called by HookCallback.")
                 raise
+        except BaseException:
+            self._abort(scope)
+            raise
+        if scope is not None:
+            scope.__exit__(None, None, None)
         return context.stop_requested or self.coord.should_stop()
 
     def end(self) -> None:
@@ -338,6 +349,12 @@ class HookRunner:
             _flush_summary_writers()
 
     # -- the mechanism -------------------------------------------------------
+
+    def _abort(self, scope: DefaultGraphScope | None) -> None:
+        """After an error in a step: leaves the graph scope and closes the run, as `_Guard`."""
+        if scope is not None:
+            scope.__exit__(None, None, None)
+        self.close()
 
     def _call(self, hook: Any, method: str, *args: Any) -> Any:
         fn = getattr(hook, method, None)
