@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from hooks2callbacks import HookCallback
+from hooks2callbacks import HookCallback, log_tensor
 from support import RecordingHook, iterations, make_data, make_model, needs_backend
 
 X, Y = make_data()  # 320 samples: 10 batches of 32
@@ -171,6 +173,26 @@ def test_chief_only_hooks_run_after_the_hooks_on_the_chief(K):
     assert names == ["every", "chief"] * (len(calls) // 2)  # one process: it is the chief
     assert [c[1] for c in calls[::2]] == [c[1] for c in calls[1::2]]  # the same events
     assert steps_seen(calls, "chief") == [0, 1]
+
+
+def test_hooks_and_chief_only_hooks_may_each_be_a_factory(K, tmp_path):
+    calls: list = []
+    made: list = []
+
+    def chief_hooks():
+        made.append(tf.compat.v1.get_default_graph())
+        tf.compat.v1.summary.scalar("loss", log_tensor("loss"))
+        summary = tf.compat.v1.summary.merge_all()
+        return [RecordingHook("chief", calls), tf.compat.v1.train.SummarySaverHook(
+            save_steps=1, output_dir=str(tmp_path), summary_op=summary)]
+
+    callback = HookCallback(lambda: RecordingHook("every", calls, stop_at=1), chief_only_hooks=chief_hooks)
+    assert repr(callback).endswith("chief_only_hooks=test_hooks_and_chief_only_hooks_may_each_be_a_factory"
+                                   ".<locals>.chief_hooks)")
+    make_model(K).fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[callback])
+    assert [c[0] for c in calls] == ["every", "chief"] * (len(calls) // 2)
+    assert steps_seen(calls, "chief") == [0, 1] and len(made) == 1
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path))
 
 
 def test_chief_only_hooks_are_not_called_off_the_chief(K):
