@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from hooks2callbacks._fetch import Plan, compile_fetches
 from hooks2callbacks._graph import AdapterGraph, DefaultGraphScope, log_key_of
-from hooks2callbacks._session import AdapterSession
+from hooks2callbacks._session import NOTHING_RAN, AdapterSession
 from hooks2callbacks._translate import install_saver, refusal
 
 from tensorflow.python.training.session_run_hook import (
@@ -35,7 +35,6 @@ Hooks = Sequence[Any] | Callable[[], Any]
 _ORIGINAL_ARGS = SessionRunArgs(fetches=None)
 _NO_OPTIONS = tf.compat.v1.RunOptions()
 _NO_TRACE = tf.compat.v1.RunOptions.NO_TRACE
-_NOTHING: Mapping[Any, Any] = {}
 
 
 def _overridden(hook: Any, method: str) -> Callable[..., Any] | None:
@@ -88,10 +87,10 @@ class _Guard:
         self._scope.__enter__()
 
     def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
-        self._scope.__exit__(kind, error, tb)
-        if error is not None:
-            # TF1 skips end() after an error; the run is over either way.
-            self._runner.close()
+        if error is None:
+            self._scope.__exit__(None, None, None)
+        else:
+            self._runner._abort(self._scope)  # pylint: disable=protected-access
 
 
 class LogsView(Mapping[Any, Any]):
@@ -127,9 +126,10 @@ class LogsView(Mapping[Any, Any]):
         return f"LogsView({dict(self._logs)!r})"
 
 
-def _add_note(error: BaseException, note: str) -> None:
+def _note_caller(error: BaseException, caller: str) -> None:
+    """Notes on `error` which hook method raised it."""
     if hasattr(error, "add_note"):  # Python 3.11+
-        error.add_note(note)
+        error.add_note(f"Raised in {caller}, called by HookCallback.")
 
 
 def is_hook(obj: Any) -> bool:
@@ -275,7 +275,7 @@ class HookRunner:
                 bound.plan = plan = None if args is None else self._plan(bound, args)
                 derived = derived or (plan is not None and bool(plan.derived))
         except BaseException as error:
-            _add_note(error, f"Raised in {self.caller}, called by HookCallback.")
+            _note_caller(error, self.caller)
             self._abort(scope)
             raise
         if scope is not None:
@@ -301,7 +301,7 @@ class HookRunner:
         if scope is not None:
             scope.__enter__()
         try:
-            ran = self._run_derived(logs, stale) if self._derived else _NOTHING
+            ran = self._run_derived(logs, stale) if self._derived else NOTHING_RAN
             logs_values = None  # read-only, so one per step serves every hook
             try:
                 for bound in self._afters:
@@ -316,7 +316,7 @@ class HookRunner:
                     self.caller = bound.after_name
                     bound.after_run(context, values)  # type: ignore[misc]  # not None here
             except BaseException as error:
-                _add_note(error, f"Raised in {self.caller}, called by HookCallback.")
+                _note_caller(error, self.caller)
                 raise
         except BaseException:
             self._abort(scope)
@@ -351,7 +351,10 @@ class HookRunner:
     # -- the mechanism -------------------------------------------------------
 
     def _abort(self, scope: DefaultGraphScope | None) -> None:
-        """After an error in a step: leaves the graph scope and closes the run, as `_Guard`."""
+        """After an error in a hook: leaves the graph scope and closes the run.
+
+        TF1 skips `end()` after an error; the run is over either way.
+        """
         if scope is not None:
             scope.__exit__(None, None, None)
         self.close()
@@ -365,7 +368,7 @@ class HookRunner:
         try:
             return fn(*args)
         except BaseException as error:
-            _add_note(error, f"Raised in {caller}, called by HookCallback.")
+            _note_caller(error, caller)
             raise
 
     def _plan(self, bound: _Bound, args: Any) -> Plan:

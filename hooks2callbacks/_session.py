@@ -18,7 +18,8 @@ from hooks2callbacks._fetch import compile_fetches, log_value
 if TYPE_CHECKING:
     from hooks2callbacks._dispatch import HookRunner
 
-_NOTHING: Mapping[Any, Any] = {}
+# What a step without derived fetches ran: nothing (shared, never written to).
+NOTHING_RAN: Mapping[Any, Any] = {}
 
 
 class AdapterSession:
@@ -85,7 +86,7 @@ class AdapterSession:
             A mapping from each element of `derived` to its value.
         """
         if not derived:
-            return _NOTHING
+            return NOTHING_RAN
         session = self._real_session()
         graph = self._runner.graph
         if self._synced_step != step:
