@@ -85,6 +85,63 @@ def stock_hooks(output_dir: str, loss: Any = "loss") -> list[Any]:
     ]
 
 
+class DirectHooks:
+    """The four stock hooks with no adapter: their own TF1 graph, their methods called directly.
+
+    `after_run` builds each hook's results from the logs (a dict fetch by tag, the
+    loss tensor as the "loss" log, anything else as the stale global step), so
+    only the hooks' own Python runs. Their `session.run(global_step)` gets the step.
+    """
+
+    def __init__(self, output_dir: str) -> None:
+        import tensorflow as tf
+
+        train = tf.compat.v1.train
+        with tf.Graph().as_default():
+            train.get_or_create_global_step()
+            self.loss = tf.constant(0.5, name="loss")
+            tf.constant(0.5, name="accuracy")
+            self.hooks = stock_hooks(output_dir, self.loss)
+            for hook in self.hooks:
+                hook.begin()
+        owner = self
+
+        class Session:
+            def run(self, fetches: Any) -> Any:
+                return owner.step
+
+        self.session = Session()
+        self._original = train.SessionRunArgs(None)
+        self._context_type, self._values_type = train.SessionRunContext, train.SessionRunValues
+        self.step = np.int64(0)
+        self.context: Any = None
+        self._fetches: list[Any] = []
+
+    def before_run(self) -> None:
+        self.context = context = self._context_type(self._original, self.session)
+        self._fetches = [hook.before_run(context) for hook in self.hooks]
+
+    def after_run(self, logs: dict[str, Any]) -> bool:
+        """Finishes the step; returns whether a hook asked to stop."""
+        stale, self.step = self.step, self.step + 1
+        for hook, args in zip(self.hooks, self._fetches):
+            fetches = None if args is None else args.fetches
+            if fetches is None:
+                value: Any = None
+            elif isinstance(fetches, dict):
+                value = {tag: logs[tag] for tag in fetches}
+            elif fetches is self.loss:
+                value = logs["loss"]
+            else:
+                value = stale
+            hook.after_run(self.context, self._values_type(value, None, None))
+        return bool(self.context.stop_requested)
+
+    def end(self) -> None:
+        for hook in self.hooks:
+            hook.end(self.session)
+
+
 def machine_info() -> dict[str, Any]:
     """CPU, Python and library versions, the load average and the git state."""
     import keras

@@ -200,46 +200,16 @@ class DirectHooksCallback(keras.callbacks.Callback):
 
     def __init__(self, output_dir: str) -> None:
         super().__init__()
-        graph = tf.Graph()
-        with graph.as_default():
-            tf.compat.v1.train.get_or_create_global_step()
-            self.loss = tf.constant(0.5, name="loss")
-            tf.constant(0.5, name="accuracy")
-            self.hooks = _common.stock_hooks(output_dir, self.loss)
-            for hook in self.hooks:
-                hook.begin()
-        self.graph = graph
-        callback = self
-
-        class Session:  # what the hooks' session.run(global_step) needs
-            def run(self, fetches: Any) -> Any:
-                return callback.step
-
-        self.session = Session()
-        self.original = tf.compat.v1.train.SessionRunArgs(None)
-        self.step = np.int64(0)
+        self.direct = _common.DirectHooks(output_dir)
 
     def on_train_begin(self, logs: Any = None) -> None:
-        self.step = np.int64(int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)))
+        self.direct.step = np.int64(int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)))
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        self.context = context = tf.compat.v1.train.SessionRunContext(self.original, self.session)
-        self.fetches = [hook.before_run(context) for hook in self.hooks]
+        self.direct.before_run()
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        stale, self.step = self.step, self.step + 1
-        for hook, args in zip(self.hooks, self.fetches):
-            fetches = None if args is None else args.fetches
-            if fetches is None:
-                value: Any = None
-            elif isinstance(fetches, dict):
-                value = {tag: logs[tag] for tag in fetches}
-            elif fetches is self.loss:
-                value = logs["loss"]
-            else:
-                value = stale
-            hook.after_run(self.context, tf.compat.v1.train.SessionRunValues(value, None, None))
-        if self.context.stop_requested:
+        if self.direct.after_run(logs):
             self.model.stop_training = True
 
 

@@ -37,7 +37,6 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _common  # noqa: E402
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from hooks2callbacks import HookCallback  # noqa: E402
@@ -65,48 +64,17 @@ def drive(callback: HookCallback, model: Any, steps: int) -> float:
 def drive_raw_hooks(tmp: str, steps: int) -> float:
     """The 4 stock hooks' before_run/after_run on their own TF1 graph, no session runs.
 
-    Results are prepared values (the global step as np.int64, the loss and the
-    logged tensors as floats), so only the hooks' own Python runs.
+    Results are made from fixed logs (see `_common.DirectHooks`), so only the
+    hooks' own Python runs.
     """
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.compat.v1.train.get_or_create_global_step()
-        loss = tf.constant(0.5, name="loss")
-        tf.constant(0.5, name="accuracy")
-        hooks = _common.stock_hooks(tmp, loss)
-        for hook in hooks:
-            hook.begin()
-
-        class Session:  # what StepCounterHook's session.run(global_step) needs
-            step = 0
-
-            def run(self, fetches: Any) -> Any:
-                return np.int64(self.step)
-
-        session = Session()
-        original = tf.compat.v1.train.SessionRunArgs(None)
-        t0 = time.perf_counter()
-        for step in range(steps):
-            context = tf.compat.v1.train.SessionRunContext(original, session)
-            results = []
-            for hook in hooks:
-                args = hook.before_run(context)
-                results.append(None if args is None else args.fetches)
-            session.step = step + 1
-            for hook, fetches in zip(hooks, results):
-                value: Any
-                if fetches is None:
-                    value = None
-                elif isinstance(fetches, dict):
-                    value = {k: 0.5 for k in fetches}
-                elif fetches is loss:
-                    value = 0.5
-                else:
-                    value = np.int64(step)
-                hook.after_run(context, tf.compat.v1.train.SessionRunValues(value, None, None))
-        elapsed = time.perf_counter() - t0
-        for hook in hooks:
-            hook.end(session)
+    direct = _common.DirectHooks(tmp)
+    logs = {"loss": 0.5, "accuracy": 0.5}
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        direct.before_run()
+        direct.after_run(logs)
+    elapsed = time.perf_counter() - t0
+    direct.end()
     return elapsed / steps * 1e6
 
 

@@ -48,6 +48,37 @@ def iterations(model: Any) -> int:
     return int(np.asarray(model.optimizer.iterations))
 
 
+class FakeClock:
+    """Stands in for the `time` module of basic_session_run_hooks; sleeping only advances it."""
+
+    def __init__(self, max_sleeps: int = 20) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+        self.max_sleeps = max_sleeps
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        if len(self.sleeps) >= self.max_sleeps:
+            raise ClockExhausted(f"slept {len(self.sleeps)} times")
+        self.now += seconds
+
+
+class ClockExhausted(RuntimeError):
+    """Raised by FakeClock.sleep instead of hanging forever."""
+
+
+def Tick(K: Any, clock: FakeClock, seconds: float) -> Any:
+    """A callback of Keras package `K` advancing `clock` by `seconds` at each train batch begin."""
+
+    def tick(batch: int, logs: Any) -> None:
+        clock.now += seconds
+
+    return K.callbacks.LambdaCallback(on_train_batch_begin=tick)
+
+
 def needs_backend(*backends: str, reason: str) -> pytest.MarkDecorator:
     """Skips a test unless Keras 3 runs on one of `backends`."""
     backend = keras.backend.backend()

@@ -11,7 +11,6 @@ import logging
 import math
 import re
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -19,7 +18,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorflow.python.training import basic_session_run_hooks
 
 from hooks2callbacks import HookCallback, log_tensor
-from support import make_data, make_model, needs_backend
+from support import ClockExhausted, FakeClock, Tick, iterations, make_data, make_model, needs_backend
 
 T = tf.compat.v1.train
 X, Y = make_data()  # 320 samples
@@ -51,32 +50,6 @@ def fit(K, model, hooks, epochs=1, x=X, y=Y, extra_callbacks=(), **kwargs):
     callbacks = [*extra_callbacks, recorder, HookCallback(hooks, mode=kwargs.pop("mode", "train"))]
     model.fit(x, y, batch_size=BATCH, epochs=epochs, verbose=0, shuffle=False, callbacks=callbacks, **kwargs)
     return recorder
-
-
-def iterations(model) -> int:
-    return int(model.optimizer.iterations.numpy())
-
-
-class FakeClock:
-    """Stands in for the `time` module of basic_session_run_hooks; sleeping only advances it."""
-
-    def __init__(self, max_sleeps: int = 20) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-        self.max_sleeps = max_sleeps
-
-    def time(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        if len(self.sleeps) >= self.max_sleeps:
-            raise ClockExhausted(f"slept {len(self.sleeps)} times")
-        self.now += seconds
-
-
-class ClockExhausted(RuntimeError):
-    """Raised by FakeClock.sleep instead of hanging forever."""
 
 
 @pytest.fixture
@@ -525,15 +498,6 @@ def test_summary_saver_hook_in_eval_mode_writes_the_evaluate_values(K, tmp_path)
     # Evaluation does not advance the global step: every event is at step 4.
     assert {step for step, _ in scalars} == {4}
     assert scalars[-1][1] == pytest.approx(recorder.test_logs[-1]["loss"], rel=1e-6)
-
-
-def Tick(K, clock, seconds):
-    """A callback of Keras package `K` advancing the fake clock by `seconds` at each train batch begin."""
-
-    def tick(batch, logs):
-        clock.now += seconds
-
-    return K.callbacks.LambdaCallback(on_train_batch_begin=tick)
 
 
 def test_step_counter_hook_writes_steps_per_second_by_the_clock(K, tmp_path, clock, hook_log):
