@@ -24,8 +24,9 @@ summary ops are in the adapter graph from the start:
 * FinalOpsHook({"loss": "loss", "accuracy": "accuracy"});
 * GlobalStepWaiterHook(wait_until_step=0).
 
-`--stack basic` gives it only the first four, as a plain list (the "adapted"
-stack of `overhead.py`, as this script ran before the full stack). Either stack
+`--stack basic` gives it only the first four, as a plain list: the "adapted"
+stack of `overhead.py`, and what this script ran before it had the full stack
+(so earlier soak numbers can be reproduced). Either stack
 ends with a probe hook (last in the list, fetching nothing) whose `after_run`
 samples, at step 1 and every `--every` steps:
 
@@ -39,7 +40,8 @@ samples, at step 1 and every `--every` steps:
   (`model.ckpt-<step>.index` files);
 * the bytes on disk of the event files in <tmp>/events: what their writers
   have written so far (each writer's thread flushes every 120 s; the end of
-  `fit` flushes the rest).
+  `fit` flushes the rest; observed here: each checkpoint save, an eager
+  `tf.train.Checkpoint.write`, also brings the open event files to disk).
 
 After `fit` returns (the writers flushed), it reads the event files back as
 records of `tf.compat.v1.Event` and counts the summary values of each tag.
