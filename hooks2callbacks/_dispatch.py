@@ -9,11 +9,13 @@ requests, and what is skipped on error. `hooks2callbacks.callback` decides
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
 
 import numpy as np
 import tensorflow as tf
 
+from hooks2callbacks import _runs
 from hooks2callbacks._fetch import Plan, compile_fetches
 from hooks2callbacks._graph import AdapterGraph, DefaultGraphScope, log_key_of
 from hooks2callbacks._session import NOTHING_RAN, AdapterSession
@@ -202,6 +204,7 @@ class HookRunner:
         model: The Keras model.
         step: The global step at the start of the run.
         advances: Whether the run's steps advance the global step (training).
+        name: Names the run in messages (the callback's repr).
 
     Attributes:
         graph: The adapter graph of this run.
@@ -211,8 +214,11 @@ class HookRunner:
         caller: `"HookClass.method"` of the hook call in progress, for messages.
     """
 
-    def __init__(self, sources: Sequence[Hooks], model: Any, step: int, advances: bool) -> None:
+    def __init__(
+        self, sources: Sequence[Hooks], model: Any, step: int, advances: bool, name: str = "HookCallback"
+    ) -> None:
         self._sources = sources
+        self.name = name
         self.hooks: list[Any] = []
         self.model = model
         self.step = np.int64(step)
@@ -238,7 +244,12 @@ class HookRunner:
 
     def begin(self) -> None:
         """Builds the hooks of factories, calls every `begin()`, seals the graph,
-        then calls every `after_create_session`."""
+        then calls every `after_create_session`.
+
+        Raises:
+            ValueError: A hook is already in another run that is still going.
+        """
+        _runs.enter(self)
         with self._guard:
             install_saver(self.graph, self.model)
             for source in self._sources:
@@ -248,6 +259,7 @@ class HookRunner:
                     self.hooks += as_hook_list(self._invoke(name, factory), f"What {name} returned")
                 else:
                     self.hooks += cast(Sequence[Any], source)
+            _runs.claim(self, self.hooks)
             self._bound = [_Bound(h) for h in self.hooks]
             self._befores = [b for b in self._bound if b.before_run is not None]
             self._afters = [b for b in self._bound if b.after_run is not None]
@@ -258,6 +270,7 @@ class HookRunner:
             self.graph.seal()
             for hook in self.hooks:
                 self._call(hook, "after_create_session", self.session, self.coord)
+        _warn_steps_per_execution(self.model, self._bound)  # outside the graph: reads a variable
 
     def before_run(self) -> None:
         """Calls every `before_run` with the step's shared context and compiles its fetches."""
@@ -296,6 +309,11 @@ class HookRunner:
         stale = self.step
         if self.advances:
             self.step = stale + steps
+            # An execution of N steps counts as its last step, whose stale
+            # value is one less than the new step: StopAtStepHook and the
+            # step schedules then act at the first boundary reaching their step.
+            if steps != 1:
+                stale = self.step - 1
         self.logs = logs
         scope = self._step_scope
         if scope is not None:
@@ -346,7 +364,7 @@ class HookRunner:
             self.coord.join(stop_grace_period_secs=10, ignore_live_threads=True)
         finally:
             self.session.close()
-            _flush_summary_writers()
+            _runs.leave(self)
 
     # -- the mechanism -------------------------------------------------------
 
@@ -416,12 +434,40 @@ def _check_args(where: str, args: Any) -> None:
         )
 
 
-def _flush_summary_writers() -> None:
-    # Stock hooks write through SummaryWriterCache, which flushes only every
-    # 120 s; what they wrote must be on disk when fit() returns.
-    from tensorflow.python.summary.writer.writer_cache import FileWriterCache
+# Stock hooks whose per-step work is scheduled by the global step (or by time),
+# which act at the first execution boundary at or after their step.
+_STEP_SCHEDULED = frozenset(
+    {"StopAtStepHook", "CheckpointSaverHook", "StepCounterHook", "SummarySaverHook", "NanTensorHook",
+     "GlobalStepWaiterHook", "FinalOpsHook"}
+)
 
-    with FileWriterCache._lock:  # pylint: disable=protected-access
-        writers = list(FileWriterCache._cache.values())  # pylint: disable=protected-access
-    for writer in writers:
-        writer.flush()
+
+def _counts_calls(bound: _Bound) -> bool:
+    """Whether a hook would behave differently when called once per N steps."""
+    if bound.before_run is None and bound.after_run is None:
+        return False
+    hook = bound.hook
+    if type(hook).__module__ != _STOCK_MODULE:
+        return True  # a custom hook: it may count its calls as steps
+    if type(hook).__name__ == "LoggingTensorHook":
+        return getattr(getattr(hook, "_timer", None), "_every_steps", None) is not None
+    return type(hook).__name__ not in _STEP_SCHEDULED
+
+
+def _warn_steps_per_execution(model: Any, bound: list[_Bound]) -> None:
+    """Warns when Keras calls the hooks once per N steps and some hook counts calls."""
+    value = getattr(model, "steps_per_execution", None)
+    if hasattr(value, "numpy"):  # tf_keras: a (possibly mirrored) tf.Variable
+        value = value.numpy()
+    per_execution = int(value or 1)
+    counting = [type(b.hook).__name__ for b in bound if _counts_calls(b)]
+    if per_execution > 1 and counting:
+        warnings.warn(
+            f"HookCallback: the model was compiled with steps_per_execution={per_execution}, so "
+            f"hooks are called once per {per_execution} steps, and these hooks may count those "
+            f"calls as steps: {', '.join(counting)} (LoggingTensorHook(every_n_iter=k) logs every "
+            f"{per_execution}*k steps). The global-step schedules of StopAtStepHook and the "
+            "checkpoint, summary and step-counter hooks act at the first execution boundary at "
+            "or after their step. For a call per step, compile with steps_per_execution=1.",
+            UserWarning,
+        )

@@ -107,10 +107,16 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
             return _step
         if isinstance(obj, (tf.Tensor, tf.Operation)) or _is_graph_variable(obj):
             if obj.graph is not graph:
+                whose = (
+                    "the adapter graph of another run (an earlier fit/evaluate, or another "
+                    "HookCallback); each run has its own graph"
+                    if isinstance(obj.graph, AdapterGraph)
+                    else "another graph"
+                )
                 raise ValueError(
-                    f"{where} fetched {obj!r}, which belongs to another graph. Hooks "
-                    "must build their tensors in begin(), when the adapter graph is the "
-                    "default graph, or fetch log keys by name."
+                    f"{where} fetched {obj!r}, which belongs to {whose}. Hooks must build "
+                    "their tensors in begin() of the run that fetches them, when the run's "
+                    "graph is the default graph, or fetch log keys by name."
                 )
             return graph_leaf(obj)
         if isinstance(obj, (tf.Variable, keras.Variable)):

@@ -193,6 +193,12 @@ class HookCallback(keras.callbacks.Callback):
             )
         self.close()
         model = self.model
+        if mode == "train" and getattr(model, "optimizer", None) is None:
+            raise ValueError(
+                f"{self!r} was passed to fit() of a model without an optimizer (model.optimizer "
+                "is None), so there is no global step for its hooks. Compile the model with "
+                "one: model.compile(optimizer=..., loss=...)."
+            )
         strategy = strategy_of(model)
         chief = is_chief(strategy) if self.is_chief is None else self.is_chief
         hooks = (self.hooks, self.chief_only_hooks) if chief else (self.hooks,)
@@ -203,7 +209,9 @@ class HookCallback(keras.callbacks.Callback):
         else:
             self._agreement = None
         self._stopped = False
-        self._runner = HookRunner(hooks, model, _initial_step(model), advances=mode == "train")
+        self._runner = HookRunner(
+            hooks, model, _initial_step(model), advances=mode == "train", name=repr(self)
+        )
         self._runner.begin()
 
     def _finish(self) -> None:
@@ -211,11 +219,18 @@ class HookCallback(keras.callbacks.Callback):
         if runner is not None:
             runner.end()
 
+    def __enter__(self) -> HookCallback:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
     def close(self) -> None:
         """Closes a run that an exception in Keras left open, without calling `end()`.
 
-        `begin` of the next run does this too; call it to release the session
-        and flush writers right after a failed `fit`.
+        The next run's `begin` (of any `HookCallback` in the thread) does this
+        too, and so does leaving `with HookCallback(...) as callback:`. Call it
+        to release the session and flush writers right after a failed `fit`.
         """
         runner, self._runner = self._runner, None
         if runner is not None:
