@@ -43,6 +43,12 @@ def make_model(
     return model
 
 
+def checkpoint_steps(directory: Any) -> list[int]:
+    """The global steps of the checkpoints that the directory's state file lists."""
+    state = tf.train.get_checkpoint_state(str(directory))
+    return [int(path.rsplit("-", 1)[1]) for path in state.all_model_checkpoint_paths]
+
+
 def iterations(model: Any) -> int:
     """The model's optimizer step count."""
     return int(np.asarray(model.optimizer.iterations))

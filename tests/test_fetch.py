@@ -1,4 +1,4 @@
-"""Fetch resolution: structures, every kind of leaf, and the errors for bad fetches."""
+"""Fetch resolution: structures and every kind of leaf (bad fetches: test_bad_input.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hooks2callbacks import HookCallback, UnknownLogKeyError
+from hooks2callbacks import HookCallback
 from support import make_data, make_model
 
 X, Y = make_data()
@@ -146,65 +146,3 @@ def test_logs_view_is_indexable_by_tensor():
     hook = Tutorial()
     logs = fit_with(hook)
     assert hook.last == logs[-1]["loss"]
-
-
-def run_one_fetch(fetches_or_build):
-    build = fetches_or_build if callable(fetches_or_build) else (lambda g: fetches_or_build)
-    fit_with(FetchHook(build))
-
-
-FOREIGN = tf.Graph()
-with FOREIGN.as_default():
-    FOREIGN_TENSOR = tf.constant(1.0, name="foreign")
-
-
-def _set_generator(g):
-    return (x for x in ["loss"])
-
-
-@pytest.mark.parametrize(
-    "fetches, error, message",
-    [
-        ("no_such_metric", UnknownLogKeyError, r"FetchHook.before_run\(\) fetched the Keras log key 'no_such_metric'.*Available log keys: \['accuracy', 'loss'\]"),
-        (["loss", {"x": "acc"}], UnknownLogKeyError, r"'acc'.*Available log keys: \['accuracy', 'loss'\]"),
-        ("loss:1", ValueError, r"FetchHook.before_run\(\) fetched 'loss:1', which names no tensor"),
-        (None, TypeError, r"FetchHook.before_run\(\) fetched None of type NoneType. Accepted: a Keras log key"),
-        (np.zeros(2), TypeError, r"fetched .* of type ndarray"),
-        ({"loss"}, TypeError, r"fetched \{'loss'\} of type set"),
-        (_set_generator, TypeError, r"of type generator"),
-        (FOREIGN_TENSOR, ValueError, r"FetchHook.before_run\(\) fetched .*foreign.*belongs to another graph"),
-        (lambda g: _deep(120), ValueError, r"nested deeper than 100 levels"),
-    ],
-)
-def test_bad_fetches_are_clear_errors(fetches, error, message):
-    with pytest.raises(error, match=message):
-        run_one_fetch(fetches)
-
-
-def _deep(depth):
-    fetch = "loss"
-    for _ in range(depth):
-        fetch = [fetch]
-    return fetch
-
-
-@pytest.mark.parametrize(
-    "args, error, message",
-    [
-        ("loss", TypeError, r"BadArgs.before_run\(\) returned 'loss' of type str. It must return None or tf.compat.v1.train.SessionRunArgs"),
-        ({"fetches": "loss"}, TypeError, r"returned \{'fetches': 'loss'\} of type dict"),
-        (tf.compat.v1.train.SessionRunArgs("loss", feed_dict={"x:0": 1}), ValueError, r"feed_dict=.*Keras has no feeds"),
-        (
-            tf.compat.v1.train.SessionRunArgs("loss", options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)),
-            ValueError,
-            r"trace_level=FULL_TRACE.*keras.callbacks.TensorBoard\(profile_batch=",
-        ),
-    ],
-)
-def test_bad_before_run_results_are_clear_errors(args, error, message):
-    class BadArgs:
-        def before_run(self, run_context):
-            return args
-
-    with pytest.raises(error, match=message):
-        fit_with(BadArgs())

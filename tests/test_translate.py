@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from support import FakeClock, Tick, iterations, make_data, make_model, run_tf1
+from support import FakeClock, Tick, checkpoint_steps, iterations, make_data, make_model, run_tf1
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorflow.python.training import basic_session_run_hooks, training_util
 
@@ -42,11 +42,6 @@ class RecordingListener(T.CheckpointSaverListener):
 
     def end(self, session, global_step_value):
         self.calls.append(("end", int(global_step_value)))
-
-
-def checkpoint_steps(directory) -> list[int]:
-    state = tf.train.get_checkpoint_state(directory)
-    return [int(path.rsplit("-", 1)[1]) for path in state.all_model_checkpoint_paths]
 
 
 def scalars(directory, tag) -> list[tuple[int, float]]:

@@ -1,0 +1,257 @@
+"""Bad input: one table of what users get wrong, each with its error type and message.
+
+Every message names where the input came from (the `HookCallback` argument, or
+the hook class and method), what was received, and what would work. The cases
+that need a step run in a real `fit` of the small model.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Any, Callable
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from hooks2callbacks import HookCallback, UnknownLogKeyError
+from support import RecordingHook, make_data, make_model
+
+T = tf.compat.v1.train
+X, Y = make_data(96)  # 3 batches of 32
+
+
+class Nothing:
+    pass
+
+
+class NotCallable:
+    before_run = "loss"  # a hook method that is not a method
+
+
+class OnlyAfterRun:
+    def after_run(self, run_context, run_values):
+        pass
+
+
+class Returns:
+    """A hook whose before_run returns `args` (built in begin, when `args` is a function)."""
+
+    def __init__(self, args: Any) -> None:
+        self.args = args
+
+    def begin(self) -> None:
+        if callable(self.args) and not isinstance(self.args, type):
+            self.args = self.args()
+
+    def before_run(self, run_context):
+        return self.args
+
+
+class Fetches(Returns):
+    """A hook fetching `fetches` (built in begin, when a function)."""
+
+    def before_run(self, run_context):
+        return T.SessionRunArgs(self.args)
+
+    def after_run(self, run_context, run_values):
+        self.results = run_values.results
+
+
+class SessionRun:
+    """A hook asking its session for `fetches` in after_run."""
+
+    def __init__(self, fetches: Any) -> None:
+        self.fetches = fetches
+
+    def after_run(self, run_context, run_values):
+        run_context.session.run(self.fetches)
+
+
+def fit(hooks: Any, *more: keras.callbacks.Callback, model: Any = None, **kwargs: Any) -> None:
+    model = model or make_model()
+    callbacks = [hooks if isinstance(hooks, HookCallback) else HookCallback(hooks), *more]
+    model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=callbacks, **kwargs)
+
+
+FOREIGN = tf.Graph()
+with FOREIGN.as_default():
+    FOREIGN_TENSOR = tf.constant(1.0, name="foreign")
+
+
+def deep(depth: int) -> Any:
+    fetch: Any = "loss"
+    for _ in range(depth):
+        fetch = [fetch]
+    return fetch
+
+
+def tensor_of_an_earlier_run() -> None:
+    class Keeps:
+        def begin(self):
+            self.tensor = tf.compat.v1.get_default_graph().get_tensor_by_name("loss:0")
+
+    kept = Keeps()
+    fit(kept)
+    fit(Fetches(kept.tensor))
+
+
+def same_hook_in_two_callbacks() -> None:
+    hook = OnlyAfterRun()
+    fit(HookCallback(hook), HookCallback(hook))
+
+
+def same_hook_in_train_and_eval_callbacks() -> None:
+    hook = OnlyAfterRun()
+    fit(HookCallback(hook), HookCallback(hook, mode="eval"), validation_data=(X, Y))
+
+
+def model_without_optimizer() -> None:
+    model = make_model()
+    model.compile(optimizer=None, loss="sparse_categorical_crossentropy")
+    fit(OnlyAfterRun(), model=model)
+
+
+FULL_TRACE = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+LOG_KEYS = r"Available log keys: \['accuracy', 'loss'\]"
+ACCEPTED = r"Accepted: a Keras log key .* or a dict, list, tuple or namedtuple of these"
+HOOK_TYPES = r"A hook is any object with some of begin, after_create_session, before_run, after_run, end"
+
+# (id, what the user does, the error, a pattern for its message)
+CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
+    # -- HookCallback's arguments ------------------------------------------------
+    ("hooks-not-a-hook", lambda: HookCallback(Nothing()), TypeError,
+     rf"HookCallback\(hooks=\.\.\.\) takes a hook, .*got <.*Nothing object.*> of type Nothing\. {HOOK_TYPES}"),
+    ("hooks-a-string", lambda: HookCallback("LoggingTensorHook"), TypeError,
+     r"HookCallback\(hooks=\.\.\.\) takes .*got 'LoggingTensorHook' of type str"),
+    ("hooks-a-number", lambda: HookCallback(42), TypeError, r"got 42 of type int"),
+    ("hooks-a-dict", lambda: HookCallback({"log": OnlyAfterRun()}), TypeError,
+     r"HookCallback\(hooks=\.\.\.\): item 0 is 'log' of type str, which has none of the hook methods"),
+    ("no-hook-methods", lambda: HookCallback([OnlyAfterRun(), Nothing()]), TypeError,
+     r"HookCallback\(hooks=\.\.\.\): item 1 is .*Nothing.* of type Nothing, which has none of the hook "
+     r"methods begin, .*Pass tf\.compat\.v1\.train\.SessionRunHook instances"),
+    ("hook-method-not-callable", lambda: HookCallback([NotCallable()]), TypeError,
+     r"item 0 is .*NotCallable.*none of the hook methods"),
+    ("a-hook-class", lambda: HookCallback([OnlyAfterRun]), TypeError,
+     r"item 0 is the class OnlyAfterRun, not an instance of it\. Pass OnlyAfterRun\(\.\.\.\)"),
+    ("a-hook-class-alone", lambda: HookCallback(T.NanTensorHook), TypeError,
+     r"takes a hook, .*got <class .*NanTensorHook'> of type type"),
+    ("feed-fn-hook", lambda: HookCallback([T.FeedFnHook(lambda: {})]), TypeError,
+     r"item 0 is a FeedFnHook.*not from feeds.*tf\.data\.Dataset\.map"),
+    ("duplicate-hook", lambda: HookCallback([h := OnlyAfterRun(), h]), ValueError,
+     r"item 1 \(OnlyAfterRun\) appears twice in the list\. .*pass it once"),
+    ("hook-in-hooks-and-chief-only", lambda: HookCallback(h := OnlyAfterRun(), chief_only_hooks=[h]), ValueError,
+     r"HookCallback\(chief_only_hooks=\.\.\.\): item 0 \(OnlyAfterRun\) is also in hooks.*List it in one"),
+    ("bad-chief-only-hooks", lambda: HookCallback([], chief_only_hooks=[Nothing()]), TypeError,
+     r"HookCallback\(chief_only_hooks=\.\.\.\): item 0 is .*Nothing"),
+    ("mode-misspelt", lambda: HookCallback(OnlyAfterRun(), mode="training"), ValueError,
+     r"HookCallback\(mode=\.\.\.\) must be one of \('train', 'eval', 'predict'\), got 'training'"),
+    ("mode-none", lambda: HookCallback(OnlyAfterRun(), mode=None), ValueError, r"must be one of .*got None"),
+    ("is-chief-not-bool", lambda: HookCallback([], is_chief="yes"), TypeError,
+     r"HookCallback\(is_chief=\.\.\.\) must be True, False or None .*got 'yes' of type str"),
+    ("factory-returns-non-hooks", lambda: fit(lambda: 3), TypeError,
+     r"What the hooks factory .*<lambda>\(\) returned takes a hook, .*got 3 of type int"),
+    # -- Keras calls ---------------------------------------------------------------
+    ("eval-callback-in-predict", lambda: make_model().predict(X, verbose=0, callbacks=[HookCallback(OnlyAfterRun(), mode="eval")]),
+     ValueError, r"HookCallback\(mode='eval', hooks=\[OnlyAfterRun\]\) was passed to a Keras predict\(\) call.*"
+     r"Use HookCallback\(\.\.\., mode='predict'\) there"),
+    ("model-without-optimizer", model_without_optimizer, ValueError,
+     r"HookCallback\(mode='train', hooks=\[OnlyAfterRun\]\) was passed to fit\(\) of a model without an "
+     r"optimizer .*model\.compile\(optimizer=\.\.\., loss=\.\.\.\)"),
+    ("same-hook-in-two-callbacks", same_hook_in_two_callbacks, ValueError,
+     r"HookCallback\(mode='train', hooks=\[OnlyAfterRun\]\): hook 0 \(OnlyAfterRun\) is already running in "
+     r"HookCallback\(mode='train'.*Give each HookCallback its own hook instances"),
+    ("same-hook-in-train-and-eval", same_hook_in_train_and_eval_callbacks, ValueError,
+     r"HookCallback\(mode='eval', hooks=\[OnlyAfterRun\]\): hook 0 \(OnlyAfterRun\) is already running in "
+     r"HookCallback\(mode='train'"),
+    # -- what before_run returns --------------------------------------------------------
+    ("before-run-returns-a-string", lambda: fit(Returns("loss")), TypeError,
+     r"Returns\.before_run\(\) returned 'loss' of type str\. It must return None or "
+     r"tf\.compat\.v1\.train\.SessionRunArgs\(fetches\)"),
+    ("before-run-returns-a-dict", lambda: fit(Returns({"fetches": "loss"})), TypeError,
+     r"Returns\.before_run\(\) returned \{'fetches': 'loss'\} of type dict"),
+    ("feed-dict", lambda: fit(Returns(T.SessionRunArgs("loss", feed_dict={"x:0": 1}))), ValueError,
+     r"Returns\.before_run\(\) returned SessionRunArgs with feed_dict=\{'x:0': 1\}\. Keras has no feeds.*"
+     r"tf\.data map, or a keras\.utils\.PyDataset"),
+    ("full-trace", lambda: fit(Returns(T.SessionRunArgs("loss", options=FULL_TRACE))), ValueError,
+     r"Returns\.before_run\(\) requested RunOptions with trace_level=FULL_TRACE.*"
+     r"keras\.callbacks\.TensorBoard\(profile_batch=\.\.\.\)"),
+    # -- fetches ---------------------------------------------------------------------------
+    ("unknown-log-key", lambda: fit(Fetches("val_loss")), UnknownLogKeyError,
+     rf"Fetches\.before_run\(\) fetched the Keras log key 'val_loss', which this step's logs do not contain\. {LOG_KEYS}"),
+    ("unknown-key-nested", lambda: fit(Fetches(["loss", {"x": "acc"}])), UnknownLogKeyError,
+     rf"Fetches\.before_run\(\) fetched the Keras log key 'acc'.*{LOG_KEYS}"),
+    ("unknown-tensor-name", lambda: fit(Fetches("loss:1")), ValueError,
+     r"Fetches\.before_run\(\) fetched 'loss:1', which names no tensor of the adapter graph; a Keras "
+     r"log key is fetched as 'key' or 'key:0'"),
+    ("fetch-none", lambda: fit(Fetches(None)), TypeError,
+     rf"Fetches\.before_run\(\) fetched None of type NoneType\. {ACCEPTED}"),
+    ("fetch-numpy-array", lambda: fit(Fetches(np.zeros(2))), TypeError,
+     rf"Fetches\.before_run\(\) fetched array\(\[0\., 0\.\]\) of type ndarray\. {ACCEPTED}"),
+    ("fetch-set", lambda: fit(Fetches({"loss"})), TypeError, rf"fetched \{{'loss'\}} of type set\. {ACCEPTED}"),
+    ("fetch-generator", lambda: fit(Fetches(lambda: (k for k in ["loss"]))), TypeError,
+     rf"Fetches\.before_run\(\) fetched <generator .*> of type generator\. {ACCEPTED}"),
+    ("fetch-too-deep", lambda: fit(Fetches(deep(120))), ValueError,
+     r"Fetches\.before_run\(\) fetched a structure nested deeper than 100 levels"),
+    ("foreign-graph-tensor", lambda: fit(Fetches(FOREIGN_TENSOR)), ValueError,
+     r"Fetches\.before_run\(\) fetched .*foreign.*, which belongs to another graph\. Hooks must build their "
+     r"tensors in begin\(\).*or fetch log keys by name"),
+    ("tensor-of-an-earlier-run", tensor_of_an_earlier_run, ValueError,
+     r"Fetches\.before_run\(\) fetched .*keras_logs/loss.*, which belongs to the adapter graph of another "
+     r"run \(an earlier fit/evaluate, or another HookCallback\)"),
+    ("session-run-unknown-key", lambda: fit(SessionRun("lr")), UnknownLogKeyError,
+     rf"SessionRun\.after_run\(\) \(through session\.run\) fetched the Keras log key 'lr'.*{LOG_KEYS}"),
+    ("session-run-numpy", lambda: fit(SessionRun(np.ones(1))), TypeError,
+     rf"SessionRun\.after_run\(\) \(through session\.run\) fetched .* of type ndarray\. {ACCEPTED}"),
+]
+
+
+@pytest.mark.parametrize("case, action, error, message", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_a_clear_error(case, action, error, message):
+    with pytest.raises(error, match=message) as info:
+        action()
+    assert type(info.value) is error  # the exact type, not a subclass
+    if re.match(r"\w+\\\.(before|after)_run", message):
+        # Raised inside a hook call: the note says which one.
+        assert any(note.startswith("Raised in ") for note in getattr(info.value, "__notes__", []))
+
+
+def test_the_table_has_at_least_25_cases():
+    assert len(CASES) >= 25 and len({c[0] for c in CASES}) == len(CASES)
+
+
+def test_a_failed_run_from_bad_input_leaves_the_hooks_usable():
+    # The conflict is found before any hook method runs, and the run is released.
+    calls: list = []
+    hook = RecordingHook("h", calls)
+    with pytest.raises(ValueError, match="already running"):
+        fit(HookCallback(hook), HookCallback(hook))
+    assert [c[1] for c in calls] == ["begin", "after_create_session"]  # only the first callback's run began
+    calls.clear()
+    fit(HookCallback(hook))
+    assert [c[1] for c in calls][-1] == "end" and len([c for c in calls if c[1] == "after_run"]) == 3
+
+
+@pytest.mark.parametrize(
+    "make_hooks, warned",
+    [
+        (lambda: [T.LoggingTensorHook(["loss"], every_n_iter=2)], "LoggingTensorHook"),
+        (lambda: [OnlyAfterRun(), T.NanTensorHook("loss")], "OnlyAfterRun"),
+        (lambda: [T.LoggingTensorHook(["loss"], every_n_secs=60), T.StopAtStepHook(last_step=100), T.NanTensorHook("loss")], None),
+    ],
+    ids=["every-n-iter", "custom-hook", "step-scheduled-only"],
+)
+def test_steps_per_execution_warns_for_hooks_that_count_calls(make_hooks, warned):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(make_hooks(), model=make_model(steps_per_execution=3))
+    messages = [str(w.message) for w in caught if "steps_per_execution" in str(w.message)]
+    if warned is None:
+        assert messages == []
+    else:
+        assert len(messages) == 1
+        assert "steps_per_execution=3, so hooks are called once per 3 steps" in messages[0]
+        assert f"count those calls as steps: {warned} " in messages[0]
+        assert "compile with steps_per_execution=1" in messages[0]
