@@ -1,14 +1,17 @@
-"""Shared test helpers: a small real model, data, and a recording hook."""
+"""Shared test helpers: a small real model, data, a recording hook, and the two
+training loops that differential tests compare (TF1's MonitoredSession, Keras fit)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.python.training import training_util
+
+from hooks2callbacks import HookCallback
 
 N_FEATURES = 8
 N_CLASSES = 3
@@ -161,3 +164,41 @@ def run_tf1(hooks: Any, max_steps: int, before_step: Callable[[], None] | None =
                 if before_step is not None:
                     before_step()
                 session.run(train_op)
+
+
+BATCH = 32
+_X, _Y = make_data()
+
+
+def run_keras(
+    K: Any,
+    hooks: Any,
+    max_steps: int,
+    steps_per_epoch: int = 10,
+    model: Any = None,
+    callbacks: Sequence[Any] = (),
+) -> int:
+    """Trains for `max_steps` steps under `HookCallback(hooks)`: the Keras side of `run_tf1`.
+
+    Args:
+        K: The Keras package (keras or tf_keras).
+        hooks: What `HookCallback` gets: hooks or a hooks factory.
+        max_steps: Steps to train, a multiple of `steps_per_epoch`: the fit runs
+            `max_steps // steps_per_epoch` epochs of `steps_per_epoch` batches of
+            `BATCH` samples, so a hook that never stops sees `max_steps` steps, as
+            under `run_tf1(hooks, max_steps)`.
+        steps_per_epoch: Batches per epoch, at most 10 (the data has 320 samples).
+        model: A compiled model of `K` to train further; defaults to a fresh `make_model(K)`.
+        callbacks: Keras callbacks run before the `HookCallback` at every event.
+
+    Returns:
+        The model's optimizer iterations after the fit.
+    """
+    if max_steps % steps_per_epoch or not 0 < steps_per_epoch * BATCH <= len(_X):
+        raise ValueError(f"max_steps={max_steps} must be a multiple of steps_per_epoch={steps_per_epoch}, "
+                         f"itself in 1..{len(_X) // BATCH}")
+    model = make_model(K) if model is None else model
+    n = steps_per_epoch * BATCH
+    model.fit(_X[:n], _Y[:n], batch_size=BATCH, epochs=max_steps // steps_per_epoch, verbose=0,
+              callbacks=[*callbacks, HookCallback(hooks)])
+    return iterations(model)

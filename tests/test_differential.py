@@ -7,17 +7,7 @@ import functools
 import pytest
 import tensorflow as tf
 
-from hooks2callbacks import HookCallback
-from support import RecordingHook, make_data, make_model, run_tf1
-
-X, Y = make_data()
-STEPS_PER_EPOCH = 10
-
-
-def run_keras(K, hooks, max_steps):
-    model = make_model(K)
-    model.fit(X, Y, batch_size=32, epochs=max_steps // STEPS_PER_EPOCH, verbose=0, callbacks=[HookCallback(hooks)])
-    return int(model.optimizer.iterations.numpy())
+from support import RecordingHook, run_keras, run_tf1
 
 
 @pytest.mark.parametrize("stop_at", [None, 0, 3, 9, 14])
