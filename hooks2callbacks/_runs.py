@@ -11,10 +11,9 @@ is over, and makes sure nothing it holds outlives it:
 * A hook instance keeps per-run state, so it is in one open run at a time. A
   run that would share a hook with a run still going is refused before any
   hook is called.
-* `SummaryWriterCache` writers are flushed whenever a run closes. Those opened
-  while runs were open are closed, and dropped from the cache, when the last
-  open run closes: no writer thread or open event file is left behind, and the
-  next run's hooks get a new writer in `begin()`, as the stock hooks do.
+* `SummaryWriterCache` writers are flushed whenever a run closes, so what hooks
+  wrote is on disk. They stay open, one per directory, as in TF1: a writer
+  closed and made anew within the same second would overwrite its event file.
 * At interpreter exit, open runs are closed, so their events are on disk.
 """
 
@@ -51,7 +50,6 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _lock = threading.RLock()
 _open: dict[Run, _Record] = {}
 _owners: dict[int, Run] = {}  # id(hook) -> its run; the run holds the hook, so ids stay unique
-_writers_before: set[str] | None = None  # the cached writers' dirs when the first open run began
 
 
 def _loop_frame() -> FrameType | None:
@@ -77,7 +75,6 @@ def _stack_ids() -> set[int]:
 
 def enter(run: Run) -> None:
     """Registers `run` as open. Open runs of this thread whose Keras loop has ended are closed first."""
-    global _writers_before
     frame = _loop_frame()
     on_stack = _stack_ids()
     me = threading.get_ident()
@@ -86,8 +83,6 @@ def enter(run: Run) -> None:
     for other in stale:
         other.close()
     with _lock:
-        if not _open:
-            _writers_before = set(_cached_writers())
         _open[run] = _Record(frame)
 
 
@@ -114,38 +109,18 @@ def claim(run: Run, hooks: Sequence[Any]) -> None:
 
 
 def leave(run: Run) -> None:
-    """Unregisters a closed `run` and flushes the summary writers.
-
-    When it was the last open run, writers opened since the first open run
-    began are closed and dropped from the cache.
-    """
-    global _writers_before
+    """Unregisters a closed `run` and flushes the summary writers."""
     with _lock:
         record = _open.pop(run, None)
         for hook in record.hooks if record is not None else ():
             if _owners.get(id(hook)) is run:
                 del _owners[id(hook)]
-        before = _writers_before
-        last = not _open and before is not None
-        if last:
-            _writers_before = None
+    # Stock hooks write through SummaryWriterCache, which flushes only every
+    # 120 s; what they wrote must be on disk when the run is over.
     with FileWriterCache._lock:  # pylint: disable=protected-access
-        writers = _cached_writers()
-        opened = [d for d in writers if last and d not in before]  # type: ignore[operator]
-        for directory in opened:
-            del FileWriterCache._cache[directory]  # pylint: disable=protected-access
-    for directory, writer in writers.items():
-        # Stock hooks write through SummaryWriterCache, which flushes only every
-        # 120 s; what they wrote must be on disk when the run is over.
-        if directory in opened:
-            writer.close()
-        else:
-            writer.flush()
-
-
-def _cached_writers() -> dict[str, Any]:
-    with FileWriterCache._lock:  # pylint: disable=protected-access
-        return dict(FileWriterCache._cache)  # pylint: disable=protected-access
+        writers = list(FileWriterCache._cache.values())  # pylint: disable=protected-access
+    for writer in writers:
+        writer.flush()
 
 
 @atexit.register

@@ -47,7 +47,12 @@ On error: an exception raised by a hook propagates unchanged, with a note that
 names the hook and method. As in TF1, `after_run` of the failing step and all
 `end()` calls are skipped; the session is closed and summary writers are
 flushed. When Keras itself raises, it calls no callback; the run left open is
-closed (without `end()`) at the next `begin`, or by `HookCallback.close()`.
+closed (without `end()`) by `HookCallback.close()`, on leaving a `with
+HookCallback(...)` block, when the next run of any HookCallback begins in the
+thread, or at interpreter exit (see `hooks2callbacks._runs`).
+
+Under `steps_per_execution=N`, each batch callback covers N steps and counts
+as its last: the stale global step is the new step minus one.
 """
 
 from __future__ import annotations
