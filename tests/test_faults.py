@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 import threading
 from typing import Any, Iterator
 
@@ -272,3 +273,31 @@ def test_a_checkpoint_directory_made_unwritable_mid_run_is_a_clear_error(K, tmp_
     restored = make_model(K)
     assert restore_checkpoint(restored, str(directory)) == str(directory / "model.ckpt-2")
     assert iterations(restored) == 2
+
+
+DIES_OF_A_MODEL_ERROR = """
+import sys
+sys.path.insert(0, {tests!r})
+import tensorflow as tf
+import keras
+from hooks2callbacks import HookCallback, log_tensor
+from test_faults import X, Y, failing_model
+
+def make_hooks():
+    summary = tf.compat.v1.summary.scalar("loss", log_tensor("loss"))
+    return [tf.compat.v1.train.SummarySaverHook(save_steps=1, output_dir={out!r}, summary_op=summary)]
+
+failing_model(keras).fit(X, Y, batch_size=32, verbose=0, shuffle=False, callbacks=[HookCallback(make_hooks)])
+"""
+
+
+@pytest.mark.slow
+@needs_backend("tensorflow", reason="the failing layer raises through a TF op")
+def test_a_script_that_dies_of_a_model_error_still_writes_its_events(tmp_path):
+    # Nothing closes the run but the interpreter's exit; TF's writer would
+    # otherwise flush only after 120 s, so the events would be lost.
+    script = DIES_OF_A_MODEL_ERROR.format(tests=os.path.dirname(__file__), out=str(tmp_path))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 1 and "fifth batch" in result.stderr
+    assert sorted(summary_values(tmp_path, "loss")) == [1, 2, 3, 4]
