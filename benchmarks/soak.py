@@ -90,10 +90,10 @@ import _common  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from hooks2callbacks import HookCallback, log_tensor  # noqa: E402
+from hooks2callbacks._translate import MAX_TO_KEEP  # noqa: E402  # the checkpoints HookCallback keeps
 
 # What the full stack's hooks are given.
 EVERY_N = 100  # LoggingTensorHook, StepCounterHook, SummarySaverHook
-MAX_TO_KEEP = 5  # the checkpoints HookCallback keeps, as a TF1 Scaffold's saver
 _CHECKPOINT_INDEX = re.compile(r"^model\.ckpt-\d+\.index$")
 
 

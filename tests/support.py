@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorflow.python.training import training_util
 
 from hooks2callbacks import HookCallback
@@ -52,6 +53,13 @@ def checkpoint_steps(directory: Any) -> list[int]:
     return [int(path.rsplit("-", 1)[1]) for path in state.all_model_checkpoint_paths]
 
 
+def read_scalars(directory: Any) -> dict[str, list[tuple[int, float]]]:
+    """The scalar summaries in the event files of `directory`, read from disk: tag -> [(step, value)]."""
+    events = EventAccumulator(str(directory))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
 def iterations(model: Any) -> int:
     """The model's optimizer step count."""
     return int(np.asarray(model.optimizer.iterations))
@@ -92,6 +100,16 @@ def needs_backend(*backends: str, reason: str) -> pytest.MarkDecorator:
     """Skips a test unless Keras 3 runs on one of `backends`."""
     backend = keras.backend.backend()
     return pytest.mark.skipif(backend not in backends, reason=f"not on KERAS_BACKEND={backend}: {reason}")
+
+
+class OnlyAfterRun:
+    """A duck-typed hook with one method: keeps each step's `results`."""
+
+    def __init__(self) -> None:
+        self.results: list[Any] = []
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        self.results.append(run_values.results)
 
 
 class RecordingHook(tf.compat.v1.train.SessionRunHook):

@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from hooks2callbacks import HookCallback, UnknownLogKeyError
-from support import RecordingHook, make_data, make_model
+from support import OnlyAfterRun, RecordingHook, make_data, make_model
 
 T = tf.compat.v1.train
 X, Y = make_data(96)  # 3 batches of 32
@@ -29,11 +29,6 @@ class Nothing:
 
 class NotCallable:
     before_run = "loss"  # a hook method that is not a method
-
-
-class OnlyAfterRun:
-    def after_run(self, run_context, run_values):
-        pass
 
 
 class Returns:

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from hooks2callbacks import HookCallback, log_tensor
-from support import RecordingHook, iterations, make_data, make_model, needs_backend
+from support import OnlyAfterRun, RecordingHook, iterations, make_data, make_model, needs_backend
 
 X, Y = make_data()  # 320 samples: 10 batches of 32
 
@@ -140,14 +140,6 @@ def test_callback_passed_to_a_loop_of_another_mode_is_an_error(K, mode, call):
 def test_repr_names_mode_and_hooks():
     callback = HookCallback([tf.compat.v1.train.StopAtStepHook(last_step=1), RecordingHook("h", [])], mode="eval")
     assert repr(callback) == "HookCallback(mode='eval', hooks=[StopAtStepHook, RecordingHook])"
-
-
-class OnlyAfterRun:
-    def __init__(self):
-        self.results = []
-
-    def after_run(self, run_context, run_values):
-        self.results.append(run_values.results)
 
 
 def test_duck_typed_hook_with_one_method_gets_the_logs_view(K):

@@ -23,7 +23,16 @@ import tensorflow as tf
 from tensorflow.python.summary.writer.writer_cache import FileWriterCache
 
 from hooks2callbacks import HookCallback, log_tensor, restore_checkpoint
-from support import RecordingHook, checkpoint_steps, iterations, make_data, make_model, needs_backend, run_tf1
+from support import (
+    RecordingHook,
+    checkpoint_steps,
+    iterations,
+    make_data,
+    make_model,
+    needs_backend,
+    read_scalars,
+    run_tf1,
+)
 
 T = tf.compat.v1.train
 X, Y = make_data()  # 10 batches of 32
@@ -90,14 +99,7 @@ def fit(model: Any, callback: HookCallback, epochs: int = 1, x: Any = X, y: Any 
 
 def summary_values(directory: Any, tag: str) -> dict[int, float]:
     """The values of `tag` in the event files of `directory`, by step, as read from disk."""
-    values = {}
-    for name in sorted(os.listdir(directory)):
-        if name.startswith("events.out.tfevents"):
-            for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
-                for value in event.summary.value:
-                    if value.tag == tag:
-                        values[event.step] = value.simple_value
-    return values
+    return dict(read_scalars(directory).get(tag, []))
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import threading
 
 import tensorflow as tf
 from tensorflow.python.summary.writer.writer_cache import FileWriterCache
 
 from hooks2callbacks import HookCallback
-from support import make_data, make_model
+from support import make_data, make_model, read_scalars
 
 T = tf.compat.v1.train
 X, Y = make_data(96)  # 3 steps a fit
 
 
 def step_rate_steps(directory) -> list[int]:
-    steps = []
-    for name in sorted(os.listdir(directory)):
-        for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
-            steps += [event.step for v in event.summary.value if v.tag == "global_step/sec"]
-    return steps
+    return [step for step, _ in read_scalars(directory).get("global_step/sec", [])]
 
 
 def test_fits_in_quick_succession_lose_no_events_and_add_no_threads(tmp_path):

@@ -15,11 +15,10 @@ import warnings
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorflow.python.training import basic_session_run_hooks
 
 from hooks2callbacks import HookCallback, log_tensor
-from support import ClockExhausted, FakeClock, Tick, iterations, make_data, make_model, needs_backend
+from support import ClockExhausted, FakeClock, Tick, iterations, make_data, make_model, needs_backend, read_scalars
 
 T = tf.compat.v1.train
 X, Y = make_data()  # 320 samples
@@ -450,12 +449,6 @@ def test_global_step_waiter_hook_below_its_step_polls_and_sleeps(K, clock):
 
 
 # -- SummarySaverHook and StepCounterHook: event files TensorBoard reads -----------
-
-
-def read_scalars(directory) -> dict[str, list[tuple[int, float]]]:
-    events = EventAccumulator(str(directory))
-    events.Reload()
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
 
 
 def test_summary_saver_hook_writes_the_keras_log_values_at_their_steps(K, tmp_path):

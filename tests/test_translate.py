@@ -13,8 +13,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from support import FakeClock, Tick, checkpoint_steps, iterations, make_data, make_model, run_tf1
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from support import FakeClock, Tick, checkpoint_steps, iterations, make_data, make_model, read_scalars, run_tf1
 from tensorflow.python.training import basic_session_run_hooks, training_util
 
 from hooks2callbacks import HookCallback, restore_checkpoint
@@ -45,11 +44,7 @@ class RecordingListener(T.CheckpointSaverListener):
 
 
 def scalars(directory, tag) -> list[tuple[int, float]]:
-    events = EventAccumulator(str(directory))
-    events.Reload()
-    if tag not in events.Tags()["scalars"]:
-        return []
-    return [(event.step, round(event.value, 5)) for event in events.Scalars(tag)]
+    return [(step, round(value, 5)) for step, value in read_scalars(directory).get(tag, [])]
 
 
 def file_writing_hooks(directory, listener, stop_at=None, **timing):
