@@ -233,6 +233,8 @@ class HookRunner:
         # The hooks that have a before_run / an after_run: the per-step loops.
         self._befores: list[_Bound] = []
         self._afters: list[_Bound] = []
+        # Hooks that fetch without an after_run to see the results (usually none).
+        self._fetch_only: list[_Bound] = []
         self._context: SessionRunContext | None = None
         self._derived = False
         # Makes the adapter graph the default graph, and closes the run on error.
@@ -263,6 +265,7 @@ class HookRunner:
             self._bound = [_Bound(h) for h in self.hooks]
             self._befores = [b for b in self._bound if b.before_run is not None]
             self._afters = [b for b in self._bound if b.after_run is not None]
+            self._fetch_only = [b for b in self._befores if b.after_run is None]
             if not any(b.needs_graph for b in self._bound):
                 self._step_scope = None
             for hook in self.hooks:
@@ -322,6 +325,11 @@ class HookRunner:
             ran = self._run_derived(logs, stale) if self._derived else NOTHING_RAN
             logs_values = None  # read-only, so one per step serves every hook
             try:
+                # TF1's run fetched these too, and failed on a bad fetch.
+                for bound in self._fetch_only:
+                    if bound.plan is not None:
+                        self.caller = bound.fetch_name
+                        bound.plan.resolve(logs, stale, ran)
                 for bound in self._afters:
                     plan = bound.plan
                     if plan is None:

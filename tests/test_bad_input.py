@@ -176,6 +176,8 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     # -- fetches ---------------------------------------------------------------------------
     ("unknown-log-key", lambda: fit(Fetches("val_loss")), UnknownLogKeyError,
      rf"Fetches\.before_run\(\) fetched the Keras log key 'val_loss', which this step's logs do not contain\. {LOG_KEYS}"),
+    ("unknown-log-key-no-after-run", lambda: fit(Returns(T.SessionRunArgs("val_loss"))), UnknownLogKeyError,
+     rf"Returns\.before_run\(\) fetched the Keras log key 'val_loss'.*{LOG_KEYS}"),
     ("unknown-key-nested", lambda: fit(Fetches(["loss", {"x": "acc"}])), UnknownLogKeyError,
      rf"Fetches\.before_run\(\) fetched the Keras log key 'acc'.*{LOG_KEYS}"),
     ("unknown-tensor-name", lambda: fit(Fetches("loss:1")), ValueError,
