@@ -47,6 +47,18 @@ def make_model(
     return model
 
 
+def nan_sample_weight(n: int, nan_from: int, nan_to: int | None = None) -> np.ndarray:
+    """Sample weights of 1, NaN for samples `nan_from:nan_to`: the loss of their batches is NaN.
+
+    The NaN comes from the weighting, not the inputs: whether NaN inputs survive
+    the model depends on the CPU (oneDNN's ReLU maps NaN to 0 on some x86 CPUs),
+    whereas a NaN weight makes the weighted loss NaN on every machine.
+    """
+    weights = np.ones(n, dtype="float32")
+    weights[nan_from:nan_to] = np.nan
+    return weights
+
+
 def checkpoint_steps(directory: Any) -> list[int]:
     """The global steps of the checkpoints that the directory's state file lists."""
     state = tf.train.get_checkpoint_state(str(directory))

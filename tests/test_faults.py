@@ -29,6 +29,7 @@ from support import (
     iterations,
     make_data,
     make_model,
+    nan_sample_weight,
     needs_backend,
     read_scalars,
     run_tf1,
@@ -93,8 +94,8 @@ def no_thread_left_behind() -> Iterator[None]:
     assert set(threading.enumerate()) - before - writers == set()
 
 
-def fit(model: Any, callback: HookCallback, epochs: int = 1, x: Any = X, y: Any = Y) -> None:
-    model.fit(x, y, batch_size=32, epochs=epochs, verbose=0, shuffle=False, callbacks=[callback])
+def fit(model: Any, callback: HookCallback, epochs: int = 1, x: Any = X, y: Any = Y, **kwargs: Any) -> None:
+    model.fit(x, y, batch_size=32, epochs=epochs, verbose=0, shuffle=False, callbacks=[callback], **kwargs)
 
 
 def summary_values(directory: Any, tag: str) -> dict[int, float]:
@@ -215,18 +216,17 @@ def test_an_error_in_the_model_step_leaves_a_run_that_is_closed_later(K, tmp_pat
 
 
 def test_nan_loss_stops_with_the_earlier_checkpoints_intact(K, tmp_path):
-    x = X.copy()
-    x[4 * 32 : 5 * 32] = np.nan  # the 5th batch
+    weights = nan_sample_weight(len(X), 4 * 32, 5 * 32)  # the 5th batch; the inputs stay finite
     hooks = [T.CheckpointSaverHook(str(tmp_path), save_steps=2), T.NanTensorHook("loss")]
     model = make_model(K)
     with no_thread_left_behind(), pytest.raises(T.NanLossDuringTrainingError) as info:
-        fit(model, HookCallback(hooks), x=x)
+        fit(model, HookCallback(hooks), sample_weight=weights)
     assert "Raised in NanTensorHook.after_run(), called by HookCallback." in info.value.__notes__
     assert iterations(model) == 5 and not np.isfinite(model.get_weights()[0]).all()
     # Saved at 0, 2 and 4; end() (the final save, of NaN weights) was skipped as in TF1.
     assert checkpoint_steps(tmp_path) == [0, 2, 4]
     reference = make_model(K)
-    reference.fit(x[:128], Y[:128], batch_size=32, epochs=1, verbose=0, shuffle=False)
+    reference.fit(X[:128], Y[:128], batch_size=32, epochs=1, verbose=0, shuffle=False)
     restored = make_model(K)
     assert restore_checkpoint(restored, str(tmp_path)) == str(tmp_path / "model.ckpt-4")
     for weights, expected in zip(restored.get_weights(), reference.get_weights()):

@@ -18,7 +18,9 @@ import tensorflow as tf
 from tensorflow.python.training import basic_session_run_hooks
 
 from hooks2callbacks import HookCallback, log_tensor
-from support import ClockExhausted, FakeClock, Tick, iterations, make_data, make_model, needs_backend, read_scalars
+from support import (
+    ClockExhausted, FakeClock, Tick, iterations, make_data, make_model, nan_sample_weight, needs_backend, read_scalars,
+)
 
 T = tf.compat.v1.train
 X, Y = make_data()  # 320 samples
@@ -307,14 +309,9 @@ def test_logging_tensor_hook_in_eval_mode_logs_each_validation_pass_of_fit(K, ho
 
 # -- NanTensorHook ---------------------------------------------------------------
 
-NAN_FROM = 100  # samples from here on are NaN
+NAN_FROM = 100  # samples from here on have a NaN weight (the inputs stay finite)
 FIRST_NAN_BATCH = NAN_FROM // BATCH
-
-
-def nan_data():
-    x = X.copy()
-    x[NAN_FROM:] = np.nan
-    return x
+NAN_WEIGHTS = nan_sample_weight(len(X), NAN_FROM)
 
 
 def first_nan_step(logs: list[dict]) -> int:
@@ -326,7 +323,7 @@ def test_nan_tensor_hook_raises_on_nan_loss(K, hook_log):
     recorder = Recorder(K)
     with pytest.raises(T.NanLossDuringTrainingError) as info:
         model.fit(
-            nan_data(), Y, batch_size=BATCH, epochs=2, verbose=0, shuffle=False,
+            X, Y, sample_weight=NAN_WEIGHTS, batch_size=BATCH, epochs=2, verbose=0, shuffle=False,
             callbacks=[recorder, HookCallback(T.NanTensorHook("loss"))],
         )
     assert first_nan_step(recorder.train_logs) == FIRST_NAN_BATCH
@@ -338,7 +335,7 @@ def test_nan_tensor_hook_raises_on_nan_loss(K, hook_log):
 
 def test_nan_tensor_hook_without_failing_stops_at_the_nan_step(K, hook_log):
     model = make_model(K)
-    recorder = fit(K, model, T.NanTensorHook("loss", fail_on_nan_loss=False), epochs=3, x=nan_data())
+    recorder = fit(K, model, T.NanTensorHook("loss", fail_on_nan_loss=False), epochs=3, sample_weight=NAN_WEIGHTS)
     assert first_nan_step(recorder.train_logs) == FIRST_NAN_BATCH
     assert len(recorder.train_logs) == FIRST_NAN_BATCH + 1
     assert iterations(model) == FIRST_NAN_BATCH + 1
