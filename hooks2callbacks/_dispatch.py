@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks import _runs
+from hooks2callbacks._batch import BatchSource
 from hooks2callbacks._fetch import Plan, compile_fetches
 from hooks2callbacks._graph import AdapterGraph, DefaultGraphScope, log_key_of
 from hooks2callbacks._session import NOTHING_RAN, AdapterSession
@@ -205,6 +206,9 @@ class HookRunner:
         step: The global step at the start of the run.
         advances: Whether the run's steps advance the global step (training).
         name: Names the run in messages (the callback's repr).
+        batch_values: `"train"` or `"eval"` to give hooks each batch's own values,
+            computed in the model's step of that mode (see `hooks2callbacks._batch`);
+            None to give them the logs as Keras reports them.
 
     Attributes:
         graph: The adapter graph of this run.
@@ -215,9 +219,17 @@ class HookRunner:
     """
 
     def __init__(
-        self, sources: Sequence[Hooks], model: Any, step: int, advances: bool, name: str = "HookCallback"
+        self,
+        sources: Sequence[Hooks],
+        model: Any,
+        step: int,
+        advances: bool,
+        name: str = "HookCallback",
+        batch_values: str | None = None,
     ) -> None:
         self._sources = sources
+        self._batch_mode = batch_values
+        self._batch: BatchSource | None = None
         self.name = name
         self.hooks: list[Any] = []
         self.model = model
@@ -252,6 +264,12 @@ class HookRunner:
             ValueError: A hook is already in another run that is still going.
         """
         _runs.enter(self)
+        if self._batch_mode is not None:
+            try:  # outside the adapter graph: it may build the model's step function
+                self._batch = BatchSource(self.model, self._batch_mode)
+            except BaseException:
+                self.close()
+                raise
         with self._guard:
             install_saver(self.graph, self.model)
             for source in self._sources:
@@ -309,6 +327,9 @@ class HookRunner:
             Whether a hook (or the coordinator) asked to stop.
         """
         context: SessionRunContext = self._context  # type: ignore[assignment]  # set by before_run
+        batch = self._batch
+        if batch is not None:
+            logs = batch.logs(logs)
         stale = self.step
         if self.advances:
             self.step = stale + steps
@@ -371,6 +392,8 @@ class HookRunner:
         try:
             self.coord.join(stop_grace_period_secs=10, ignore_live_threads=True)
         finally:
+            if self._batch is not None:
+                self._batch.close()
             self.session.close()
             _runs.leave(self)
 

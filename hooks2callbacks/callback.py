@@ -66,6 +66,7 @@ from hooks2callbacks._dispatch import HookRunner, Hooks, as_hook_list, is_factor
 from hooks2callbacks._distribute import StopAgreement, is_chief, is_multi_worker, strategy_of
 
 MODES = ("train", "eval", "predict")
+VALUES = ("batch", "running_mean")
 _STOP_ATTRIBUTE = {"train": "stop_training", "eval": "stop_evaluating", "predict": "stop_predicting"}
 _KERAS_CALL = {"train": "fit()", "eval": "evaluate() or fit(validation_data=...)", "predict": "predict()"}
 
@@ -121,13 +122,20 @@ class HookCallback(keras.callbacks.Callback):
             model's `tf.distribute` strategy (only a non-chief worker of
             `MultiWorkerMirroredStrategy` is not the chief). Set it when the
             workers are organised outside `tf.distribute` (JAX, PyTorch).
+        values: What a log key's value is for the hooks. `"batch"` (the
+            default): the loss and each metric's value on that batch alone, as
+            a TF1 tensor held it; Keras's step computes them alongside its own
+            logs. `"running_mean"`: the logs as Keras reports them, running
+            means since the epoch (or the evaluation) began. Other callbacks,
+            the progress bar and `History` get Keras's own logs either way.
 
     Raises:
         TypeError: `hooks` or `chief_only_hooks` is not a hook, a sequence of
             hooks or a function, or holds a hook class or a hook that cannot run
             under Keras (`FeedFnHook`, `ProfilerHook`, a `CheckpointSaverHook`
             with its own saver); `is_chief` is not a bool or None.
-        ValueError: `mode` is not one of the modes, or a hook appears twice.
+        ValueError: `mode` or `values` is not one of its choices, or a hook
+            appears twice.
     """
 
     # tf_keras's CallbackList reads these; Keras 3 ignores them. No tensors in
@@ -142,10 +150,17 @@ class HookCallback(keras.callbacks.Callback):
         mode: str = "train",
         chief_only_hooks: Any | Callable[[], Any] = (),
         is_chief: bool | None = None,
+        values: str = "batch",
     ) -> None:
         super().__init__()
         if not isinstance(mode, str) or mode not in MODES:
             raise ValueError(f"HookCallback(mode=...) must be one of {MODES}, got {mode!r}.")
+        if not isinstance(values, str) or values not in VALUES:
+            raise ValueError(
+                f"HookCallback(values=...) must be one of {VALUES}, got {values!r}: \"batch\" gives "
+                "hooks each batch's own loss and metric values (as TF1 tensors), \"running_mean\" "
+                "Keras's logs as reported."
+            )
         if is_chief is not None and not isinstance(is_chief, bool):
             raise TypeError(
                 f"HookCallback(is_chief=...) must be True, False or None (ask tf.distribute), "
@@ -163,6 +178,7 @@ class HookCallback(keras.callbacks.Callback):
                     "of the two."
                 )
         self.mode = mode
+        self.values = values
         self.is_chief = is_chief
         self._runner: HookRunner | None = None
         self._agreement: StopAgreement | None = None
@@ -214,8 +230,9 @@ class HookCallback(keras.callbacks.Callback):
         else:
             self._agreement = None
         self._stopped = False
+        batch = mode if self.values == "batch" and mode != "predict" else None
         self._runner = HookRunner(
-            hooks, model, _initial_step(model), advances=mode == "train", name=repr(self)
+            hooks, model, _initial_step(model), advances=mode == "train", name=repr(self), batch_values=batch
         )
         self._runner.begin()
 

@@ -200,6 +200,62 @@ BATCH = 32
 _X, _Y = make_data()
 
 
+def Recorder(
+    K: Any,
+    x: np.ndarray = _X,
+    y: np.ndarray = _Y,
+    sample_weight: np.ndarray | None = None,
+    batch_size: int = BATCH,
+    reference: Callable[[Any], Any] | None = make_model,
+) -> Any:
+    """A callback of Keras package `K` recording, at every batch end, Keras's logs and the batch's own values.
+
+    List it before HookCallback, in a fit/evaluate of `x`, `y` (and `sample_weight`)
+    in batches of `batch_size`, unshuffled. It has:
+
+    * `train_logs`, `test_logs`: the logs Keras reported (running means), as dicts;
+    * `train_batch`, `test_batch`: each batch's own loss and metrics, computed apart
+      from the training step: `test_on_batch` of a copy of the model (`reference(K)`,
+      the same architecture and compile) holding the weights the step started
+      from, on that batch. This is what TF1 tensors held and what hooks get
+      under `HookCallback(values="batch")`. None with `reference=None`.
+    """
+    ref = None if reference is None else reference(K)  # made now: make_model seeds the RNGs
+    train_logs: list[dict] = []
+    test_logs: list[dict] = []
+    train_batch: list[dict] = []
+    test_batch: list[dict] = []
+    start: dict[str, Any] = {}
+
+    def own_values(model: Any, weights: Any, batch: int) -> dict:
+        ref.set_weights(weights)
+        part = slice(batch * batch_size, (batch + 1) * batch_size)
+        w = None if sample_weight is None else sample_weight[part]
+        values = ref.test_on_batch(x[part], y[part], sample_weight=w, return_dict=True)
+        return {key: float(value) for key, value in values.items()}
+
+    def train_begin(batch: int, logs: Any) -> None:
+        if ref is not None:
+            start["weights"] = recorder.model.get_weights()
+
+    def train_end(batch: int, logs: Any) -> None:
+        train_logs.append(dict(logs))
+        if ref is not None:
+            train_batch.append(own_values(recorder.model, start["weights"], batch))
+
+    def test_end(batch: int, logs: Any) -> None:
+        test_logs.append(dict(logs))
+        if ref is not None:
+            test_batch.append(own_values(recorder.model, recorder.model.get_weights(), batch))
+
+    recorder = K.callbacks.LambdaCallback(
+        on_train_batch_begin=train_begin, on_train_batch_end=train_end, on_test_batch_end=test_end
+    )
+    recorder.train_logs, recorder.test_logs = train_logs, test_logs
+    recorder.train_batch, recorder.test_batch = train_batch, test_batch
+    return recorder
+
+
 def run_keras(
     K: Any,
     hooks: Any,

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from hooks2callbacks import HookCallback, log_tensor
-from support import OnlyAfterRun, RecordingHook, iterations, make_data, make_model, needs_backend
+from support import OnlyAfterRun, Recorder, RecordingHook, iterations, make_data, make_model, needs_backend
 
 X, Y = make_data()  # 320 samples: 10 batches of 32
 
@@ -144,16 +144,16 @@ def test_repr_names_mode_and_hooks():
 
 def test_duck_typed_hook_with_one_method_gets_the_logs_view(K):
     hook = OnlyAfterRun()
-    seen: list = []
-
-    logs_callback = K.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: seen.append(dict(logs)))
+    recorder = Recorder(K, X, Y)
     model = make_model(K)
-    model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[HookCallback(hook), logs_callback])
-    assert [dict(r) for r in hook.results] == seen
+    model.fit(X, Y, batch_size=32, epochs=1, verbose=0, shuffle=False, callbacks=[HookCallback(hook), recorder])
+    # The view holds each batch's own values, under Keras's own keys.
+    assert [dict(r) for r in hook.results] == [pytest.approx(batch, rel=1e-6) for batch in recorder.train_batch]
+    assert [sorted(r) for r in hook.results] == [sorted(logs) for logs in recorder.train_logs]
     # tf_keras may hand callbacks tensors; hooks get the floats TF1 gave them.
     assert {type(value) for view in hook.results for value in view.values()} == {float}
     view = hook.results[-1]
-    assert view["loss"] == view["loss:0"] == seen[-1]["loss"]
+    assert view["loss"] == view["loss:0"] == pytest.approx(recorder.train_batch[-1]["loss"], rel=1e-6)
     with pytest.raises(TypeError):
         view["loss"] = 1.0  # read-only
 

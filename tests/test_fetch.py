@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from hooks2callbacks import HookCallback
-from support import make_data, make_model
+from support import Recorder, make_data, make_model
 
 X, Y = make_data()
 Pair = collections.namedtuple("Pair", ["loss", "step"])
@@ -33,39 +33,32 @@ class FetchHook:
         self.results.append(run_values.results)
 
 
-class KerasLogs(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.logs = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.logs.append(dict(logs))
-
-
 def fit_with(hook, epochs=1, model=None):
+    """Trains with the hook; returns each step's own loss and metrics (`Recorder.train_batch`)."""
     model = model or make_model()
-    logs = KerasLogs()
-    model.fit(X, Y, batch_size=32, epochs=epochs, verbose=0, callbacks=[HookCallback(hook), logs])
-    return logs.logs
+    recorder = Recorder(keras, X, Y)
+    model.fit(X, Y, batch_size=32, epochs=epochs, verbose=0, shuffle=False, callbacks=[recorder, HookCallback(hook)])
+    return recorder.train_batch
 
 
-def test_nested_structure_keeps_its_shape_and_keras_values():
+def test_nested_structure_keeps_its_shape_and_the_batch_values():
     hook = FetchHook(lambda g: {
         "by_name": ["loss", "accuracy:0"],
         "pair": Pair(g.get_tensor_by_name("loss:0"), tf.compat.v1.train.get_global_step()),
         "tuple": ("global_step:0", collections.OrderedDict(a="loss")),
     })
-    logs = fit_with(hook)
-    for step, (results, keras_logs) in enumerate(zip(hook.results, logs)):
-        loss, accuracy = keras_logs["loss"], keras_logs["accuracy"]
+    batches = fit_with(hook)
+    for step, (results, batch) in enumerate(zip(hook.results, batches)):
+        loss, accuracy = results["by_name"]
+        assert [loss, accuracy] == pytest.approx([batch["loss"], batch["accuracy"]], rel=1e-6)
         assert results == {
             "by_name": [loss, accuracy],
             "pair": Pair(loss, step),
             "tuple": (step, collections.OrderedDict(a=loss)),
         }
         assert type(results["pair"]) is Pair and type(results["tuple"][1]) is collections.OrderedDict
-        # Not coerced: exactly the Python float Keras reported.
-        assert type(results["by_name"][0]) is float
+        # A Python float, as Keras's logs hold.
+        assert type(loss) is float
     assert type(hook.results[0]["pair"].step) is np.int64
 
 
@@ -75,9 +68,9 @@ def test_derived_ops_run_with_the_log_values_fed():
         "step_plus": tf.compat.v1.train.get_global_step() + 100,
         "group": tf.no_op(),
     })
-    logs = fit_with(hook)
-    for step, (results, keras_logs) in enumerate(zip(hook.results, logs)):
-        assert results["double"] == pytest.approx(2 * keras_logs["loss"], rel=1e-6)
+    batches = fit_with(hook)
+    for step, (results, batch) in enumerate(zip(hook.results, batches)):
+        assert results["double"] == pytest.approx(2 * batch["loss"], rel=1e-6)
         assert results["step_plus"] == step + 100  # the stale step, as in TF1's merged run
         assert results["group"] is None
 
@@ -131,8 +124,8 @@ def test_tensor_names_looked_up_in_the_first_before_run_work():
             self.last = run_values.results
 
     hook = LateLookup()
-    logs = fit_with(hook)
-    assert hook.last == logs[-1]["accuracy"]
+    batches = fit_with(hook)
+    assert hook.last == pytest.approx(batches[-1]["accuracy"], rel=1e-6)
 
 
 def test_logs_view_is_indexable_by_tensor():
@@ -144,5 +137,5 @@ def test_logs_view_is_indexable_by_tensor():
             self.last = run_values.results[self.loss]
 
     hook = Tutorial()
-    logs = fit_with(hook)
-    assert hook.last == logs[-1]["loss"]
+    batches = fit_with(hook)
+    assert hook.last == pytest.approx(batches[-1]["loss"], rel=1e-6)

@@ -12,12 +12,13 @@ import dataclasses
 from typing import Any, Callable
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hooks2callbacks import HookCallback
-from support import iterations, make_data, make_model, run_keras, run_tf1
+from support import Recorder, iterations, make_data, make_model, run_keras, run_tf1
 
 PROPERTY_SETTINGS = settings(
     max_examples=30,
@@ -30,12 +31,13 @@ PROPERTY_SETTINGS = settings(
 _MODELS: dict[str, Any] = {}
 
 
-def model_of(K: Any) -> Any:
-    """One compiled model per Keras flavour, shared by the examples: building and
-    tracing a model costs far more than the few steps an example trains."""
-    if K.__name__ not in _MODELS:
-        _MODELS[K.__name__] = make_model(K)
-    return _MODELS[K.__name__]
+def model_of(K: Any, role: str = "trained") -> Any:
+    """One compiled model per Keras flavour and role, shared by the examples: building
+    and tracing a model costs far more than the few steps an example trains. The
+    "reference" model computes each batch's own values for `Recorder`."""
+    if (K.__name__, role) not in _MODELS:
+        _MODELS[K.__name__, role] = make_model(K)
+    return _MODELS[K.__name__, role]
 
 
 # -- 1. what `results` holds ------------------------------------------------------
@@ -129,20 +131,45 @@ class StructureHook(tf.compat.v1.train.SessionRunHook):
         self.results.append(run_values.results)
 
 
-def expected_results(description: Any, logs: dict[str, Any], stale_step: int) -> Any:
-    """What a hook fetching `description` should get for a step: the logs Keras
-    reported, and for the global step its value from before the step's increment,
-    as the numpy int64 TF1's `Session.run` returns for the int64 variable."""
+def expected_results(description: Any, batch: dict[str, Any], stale_step: int) -> Any:
+    """What a hook fetching `description` should get for a step: the batch's own
+    loss and metrics (as TF1 tensors held them), and for the global step its value
+    from before the step's increment, as the numpy int64 TF1's `Session.run`
+    returns for the int64 variable."""
 
     def value(leaf: Any) -> Any:
         key = leaf.log_key if isinstance(leaf, Built) else (None if leaf in STEP_NAMES else leaf.removesuffix(":0"))
-        return np.int64(stale_step) if key is None else logs[key]
+        return np.int64(stale_step) if key is None else batch[key]
 
     return tree_map(value, description)
 
 
+def leaves_by_key(description: Any, results: Any) -> dict[str, set[float]]:
+    """The values `results` holds for each log key of `description`."""
+    found: dict[str, set[float]] = collections.defaultdict(set)
+
+    def walk(leaf: Any, value: Any) -> None:
+        key = leaf.log_key if isinstance(leaf, Built) else (None if leaf in STEP_NAMES else leaf.removesuffix(":0"))
+        if key is not None:
+            found[key].add(value)
+
+    def pair(d: Any, r: Any) -> None:
+        if isinstance(d, dict):
+            for k in d:
+                pair(d[k], r[k])
+        elif isinstance(d, (list, tuple)):
+            for a, b in zip(d, r):
+                pair(a, b)
+        else:
+            walk(d, r)
+
+    pair(description, results)
+    return found
+
+
 def assert_same(actual: Any, expected: Any, path: str = "results") -> None:
-    """Asserts the same container types, keys (in order), lengths, and leaves of the same type and value."""
+    """Asserts the same container types, keys (in order), lengths, and leaves of the
+    same type and value (floats, computed apart from the step: to float32 rounding)."""
     assert type(actual) is type(expected), f"{path}: {type(actual).__name__} != {type(expected).__name__}"
     if isinstance(expected, dict):
         assert list(actual) == list(expected), f"{path}: keys {list(actual)} != {list(expected)}"
@@ -152,6 +179,8 @@ def assert_same(actual: Any, expected: Any, path: str = "results") -> None:
         assert len(actual) == len(expected), f"{path}: length {len(actual)} != {len(expected)}"
         for index, (a, e) in enumerate(zip(actual, expected)):
             assert_same(a, e, f"{path}[{index}]")
+    elif isinstance(expected, float):
+        assert actual == pytest.approx(expected, rel=1e-6), f"{path}: {actual!r} != {expected!r}"
     else:
         assert actual == expected, f"{path}: {actual!r} != {expected!r}"
 
@@ -161,25 +190,26 @@ X, Y = make_data(96)
 
 @PROPERTY_SETTINGS
 @given(description=STRUCTURES, fresh=st.booleans())
-def test_results_have_the_fetched_structure_and_keras_values(K, description, fresh):
+def test_results_have_the_fetched_structure_and_the_batch_values(K, description, fresh):
     """For any nested dict/list/tuple/namedtuple of log keys and global-step leaves,
-    `run_values.results` at every step has exactly that structure, with the values a
-    plain Keras callback sees in the same fit (the logs; the iterations at batch begin)."""
+    `run_values.results` at every step has exactly that structure, with each batch's
+    own values (computed apart, by `test_on_batch` of a copy holding the step's
+    starting weights) and the iterations a plain Keras callback sees at batch begin.
+    Every leaf of one key holds the same float in a step."""
     model = model_of(K)
     hook = StructureHook(description, model, fresh)
     stale_steps: list[int] = []
-    logs_seen: list[dict[str, Any]] = []
-    recorder = K.callbacks.LambdaCallback(
-        on_train_batch_begin=lambda batch, logs: stale_steps.append(iterations(model)),
-        on_train_batch_end=lambda batch, logs: logs_seen.append(dict(logs)),
-    )
-    model.fit(X, Y, batch_size=32, epochs=1, verbose=0, shuffle=False, callbacks=[recorder, HookCallback([hook])])
+    stepper = K.callbacks.LambdaCallback(on_train_batch_begin=lambda batch, logs: stale_steps.append(iterations(model)))
+    recorder = Recorder(K, X, Y, reference=lambda K: model_of(K, "reference"))
+    model.fit(X, Y, batch_size=32, epochs=1, verbose=0, shuffle=False,
+              callbacks=[stepper, recorder, HookCallback([hook])])
 
-    assert len(hook.results) == len(logs_seen) == len(stale_steps) == 3
+    assert len(hook.results) == len(recorder.train_batch) == len(stale_steps) == 3
     # The model is shared, so the steps go on from where the previous example left them.
     assert stale_steps == list(range(stale_steps[0], stale_steps[0] + 3))
-    for step, (results, logs, stale) in enumerate(zip(hook.results, logs_seen, stale_steps)):
-        assert_same(results, expected_results(description, logs, stale), f"step {step}: results")
+    for step, (results, batch, stale) in enumerate(zip(hook.results, recorder.train_batch, stale_steps)):
+        assert_same(results, expected_results(description, batch, stale), f"step {step}: results")
+        assert all(len(values) == 1 for values in leaves_by_key(description, results).values())
 
 
 # -- 2. the call sequence, against TF1's MonitoredSession ---------------------------

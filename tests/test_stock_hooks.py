@@ -7,6 +7,8 @@ is a fake clock, so nothing here sleeps.
 
 from __future__ import annotations
 
+from typing import Any
+
 import logging
 import math
 import re
@@ -19,7 +21,8 @@ from tensorflow.python.training import basic_session_run_hooks
 
 from hooks2callbacks import HookCallback, log_tensor
 from support import (
-    ClockExhausted, FakeClock, Tick, iterations, make_data, make_model, nan_sample_weight, needs_backend, read_scalars,
+    ClockExhausted, FakeClock, Recorder, Tick, iterations, make_data, make_model, nan_sample_weight, needs_backend,
+    read_scalars,
 )
 
 T = tf.compat.v1.train
@@ -31,24 +34,9 @@ STEPS_PER_EPOCH = len(X) // BATCH  # 10
 # -- helpers -------------------------------------------------------------------
 
 
-def Recorder(K):
-    """A callback of Keras package `K` that records the logs reported at every batch end.
-
-    List it before HookCallback. Its `train_logs` and `test_logs` hold dicts.
-    """
-    train_logs: list[dict] = []
-    test_logs: list[dict] = []
-    recorder = K.callbacks.LambdaCallback(
-        on_train_batch_end=lambda batch, logs: train_logs.append(dict(logs)),
-        on_test_batch_end=lambda batch, logs: test_logs.append(dict(logs)),
-    )
-    recorder.train_logs, recorder.test_logs = train_logs, test_logs
-    return recorder
-
-
 def fit(K, model, hooks, epochs=1, x=X, y=Y, extra_callbacks=(), **kwargs):
     """Runs `model.fit` with the hooks; returns the Recorder."""
-    recorder = Recorder(K)
+    recorder = Recorder(K, x, y, kwargs.get("sample_weight"))
     callbacks = [*extra_callbacks, recorder, HookCallback(hooks, mode=kwargs.pop("mode", "train"))]
     model.fit(x, y, batch_size=BATCH, epochs=epochs, verbose=0, shuffle=False, callbacks=callbacks, **kwargs)
     return recorder
@@ -99,6 +87,11 @@ def elapsed_of(message: str) -> str | None:
 
 def picked(logs: dict, keys=("loss", "accuracy")) -> dict:
     return {key: logs[key] for key in keys}
+
+
+def batch_values(logs: dict, keys=("loss", "accuracy")) -> Any:
+    """The batch's own values (`Recorder.*_batch`), to float32 rounding: computed apart from the step."""
+    return pytest.approx(picked(logs, keys), rel=1e-6)
 
 
 def info_messages(records) -> list[str]:
@@ -202,7 +195,7 @@ def test_stop_at_step_hook_with_steps_per_execution_stops_at_the_first_boundary_
 # -- LoggingTensorHook -----------------------------------------------------------
 
 
-def test_logging_tensor_hook_every_n_iter_logs_the_keras_values(K, hook_log):
+def test_logging_tensor_hook_every_n_iter_logs_each_batch_own_values(K, hook_log):
     every = 3
     model = make_model(K)
     recorder = fit(K, model, T.LoggingTensorHook(["loss", "accuracy"], every_n_iter=every), epochs=2)
@@ -211,7 +204,7 @@ def test_logging_tensor_hook_every_n_iter_logs_the_keras_values(K, hook_log):
     assert len(messages) == len(logged_iterations)
     for message, i in zip(messages, logged_iterations):
         assert list(parse_stats(message)) == ["loss", "accuracy"]  # tag order is the list's
-        assert parse_stats(message) == picked(recorder.train_logs[i])
+        assert parse_stats(message) == batch_values(recorder.train_batch[i])
     assert elapsed_of(messages[0]) is None and all(elapsed_of(m) is not None for m in messages[1:])
 
 
@@ -221,15 +214,15 @@ def test_logging_tensor_hook_at_end_logs_the_last_step_values(K, hook_log):
     messages = info_messages(hook_log)
     periodic = list(range(0, STEPS_PER_EPOCH, 4))
     assert len(messages) == len(periodic) + 1
-    assert [parse_stats(m) for m in messages[:-1]] == [picked(recorder.train_logs[i]) for i in periodic]
-    assert parse_stats(messages[-1]) == picked(recorder.train_logs[-1])
+    assert [parse_stats(m) for m in messages[:-1]] == [batch_values(recorder.train_batch[i]) for i in periodic]
+    assert parse_stats(messages[-1]) == batch_values(recorder.train_batch[-1])
 
 
 def test_logging_tensor_hook_only_at_end_logs_once(K, hook_log):
     model = make_model(K)
     recorder = fit(K, model, T.LoggingTensorHook(["loss"], at_end=True), epochs=2)
     messages = info_messages(hook_log)
-    assert messages == [f"loss = {recorder.train_logs[-1]['loss']}"]
+    assert len(messages) == 1 and parse_stats(messages[0]) == batch_values(recorder.train_batch[-1], ["loss"])
 
 
 def test_logging_tensor_hook_formatter_gets_the_tags_and_values(K, hook_log):
@@ -244,7 +237,7 @@ def test_logging_tensor_hook_formatter_gets_the_tags_and_values(K, hook_log):
     recorder = fit(K, model, hook, epochs=1)
     logged_iterations = list(range(0, STEPS_PER_EPOCH, 5))
     assert seen == [
-        {"xent": recorder.train_logs[i]["loss"], "acc": recorder.train_logs[i]["accuracy"]}
+        pytest.approx({"xent": recorder.train_batch[i]["loss"], "acc": recorder.train_batch[i]["accuracy"]}, rel=1e-6)
         for i in logged_iterations
     ]
     assert info_messages(hook_log) == ["xent={xent!r} acc={acc!r}".format(**v) for v in seen]
@@ -272,7 +265,7 @@ def test_logging_tensor_hook_every_n_secs_follows_the_clock(K, hook_log, clock):
     messages = info_messages(hook_log)
     assert len(expected) >= 3 and len(messages) == len(expected)
     for message, (i, elapsed) in zip(messages, expected):
-        assert parse_stats(message) == picked(recorder.train_logs[i])
+        assert parse_stats(message) == batch_values(recorder.train_batch[i])
         assert elapsed_of(message) == (None if elapsed is None else "%.3f" % elapsed)
     assert clock.sleeps == []
 
@@ -292,8 +285,10 @@ def test_logging_tensor_hook_in_eval_mode_logs_the_eval_values(K, hook_log):
     messages = info_messages(hook_log)
     periodic = list(range(0, STEPS_PER_EPOCH, 2))
     assert len(messages) == len(periodic) + 1
-    assert [parse_stats(m) for m in messages[:-1]] == [picked(recorder.test_logs[i]) for i in periodic]
-    assert parse_stats(messages[-1]) == picked(results) == picked(recorder.test_logs[-1])
+    assert [parse_stats(m) for m in messages[:-1]] == [batch_values(recorder.test_batch[i]) for i in periodic]
+    assert parse_stats(messages[-1]) == batch_values(recorder.test_batch[-1])
+    # Keras's own result is still its mean over the whole evaluation.
+    assert picked(results) == picked(recorder.test_logs[-1])
 
 
 def test_logging_tensor_hook_in_eval_mode_logs_each_validation_pass_of_fit(K, hook_log):
@@ -303,8 +298,8 @@ def test_logging_tensor_hook_in_eval_mode_logs_each_validation_pass_of_fit(K, ho
     recorder = fit(K, model, hook, epochs=2, mode="eval", validation_data=(X[:n_val], Y[:n_val]))
     assert len(recorder.test_logs) == 2 * 3
     # Each pass is a run of its own: the local iteration count restarts at 0.
-    expected = [recorder.test_logs[p * 3 + i]["loss"] for p in range(2) for i in (0, 2)]
-    assert [parse_stats(m)["loss"] for m in info_messages(hook_log)] == expected
+    expected = [recorder.test_batch[p * 3 + i]["loss"] for p in range(2) for i in (0, 2)]
+    assert [parse_stats(m)["loss"] for m in info_messages(hook_log)] == pytest.approx(expected, rel=1e-6)
 
 
 # -- NanTensorHook ---------------------------------------------------------------
@@ -352,13 +347,13 @@ def test_nan_tensor_hook_lets_finite_training_run(K):
 # -- FinalOpsHook ----------------------------------------------------------------
 
 
-def test_final_ops_hook_with_log_key_names_gets_the_last_logs(K):
+def test_final_ops_hook_with_log_key_names_gets_the_last_batch_values(K):
     single = T.FinalOpsHook("loss:0")
     named = T.FinalOpsHook({"loss": "loss", "accuracy": "accuracy:0"})
     model = make_model(K)
     recorder = fit(K, model, [single, named], epochs=2)
-    assert single.final_ops_values == recorder.train_logs[-1]["loss"]
-    assert named.final_ops_values == picked(recorder.train_logs[-1])
+    assert single.final_ops_values == pytest.approx(recorder.train_batch[-1]["loss"], rel=1e-6)
+    assert named.final_ops_values == batch_values(recorder.train_batch[-1])
 
 
 class DoubledLossAtEnd(T.SessionRunHook):
@@ -380,18 +375,25 @@ def test_final_ops_hook_evaluates_a_tensor_derived_from_a_log_tensor(K):
     model = make_model(K)
     recorder = fit(K, model, hook, epochs=1)
     values = hook.final.final_ops_values
-    last_loss = np.float32(recorder.train_logs[-1]["loss"])  # placeholders are float32
-    assert values["loss"] == last_loss
-    assert values["doubled"] == last_loss * np.float32(2.0)
+    assert values["loss"] == pytest.approx(recorder.train_batch[-1]["loss"], rel=1e-6)
+    assert values["doubled"] == values["loss"] * np.float32(2.0)  # placeholders are float32
 
 
-def test_final_ops_hook_in_eval_mode_gets_the_evaluate_results(K):
-    # What Estimator.evaluate used FinalOpsHook for: the metrics at the end of evaluation.
+def test_final_ops_hook_in_eval_mode_gets_the_last_batch_or_the_evaluate_results(K):
     model = make_model(K)
     fit(K, model, T.StopAtStepHook(num_steps=3))
     hook = T.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
-    results = model.evaluate(X, Y, batch_size=BATCH, verbose=0, return_dict=True, callbacks=[HookCallback(hook, mode="eval")])
-    assert hook.final_ops_values == picked(results)
+    recorder = Recorder(K)
+    model.evaluate(X, Y, batch_size=BATCH, verbose=0, callbacks=[recorder, HookCallback(hook, mode="eval")])
+    assert hook.final_ops_values == batch_values(recorder.test_batch[-1])
+    # Keras's aggregate over the evaluation, which Estimator.evaluate's own
+    # FinalOpsHook on streaming metrics gave, is one argument away.
+    means = T.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
+    results = model.evaluate(
+        X, Y, batch_size=BATCH, verbose=0, return_dict=True,
+        callbacks=[HookCallback(means, mode="eval", values="running_mean")],
+    )
+    assert means.final_ops_values == picked(results)
 
 
 def test_final_ops_hook_with_the_model_iterations_gets_the_final_step(K):
@@ -448,7 +450,7 @@ def test_global_step_waiter_hook_below_its_step_polls_and_sleeps(K, clock):
 # -- SummarySaverHook and StepCounterHook: event files TensorBoard reads -----------
 
 
-def test_summary_saver_hook_writes_the_keras_log_values_at_their_steps(K, tmp_path):
+def test_summary_saver_hook_writes_each_batch_own_values_at_their_steps(K, tmp_path):
     def make_hooks():
         tf.compat.v1.summary.scalar("loss", log_tensor("loss"))
         tf.compat.v1.summary.scalar("accuracy", log_tensor("accuracy"))
@@ -463,8 +465,8 @@ def test_summary_saver_hook_writes_the_keras_log_values_at_their_steps(K, tmp_pa
     steps = [1, 4, 7, 10, 13, 16, 19]
     for tag in ("loss", "accuracy"):
         assert [step for step, _ in scalars[tag]] == steps
-        expected = [np.float32(recorder.train_logs[step - 1][tag]) for step in steps]
-        assert [np.float32(value) for _, value in scalars[tag]] == expected
+        expected = [recorder.train_batch[step - 1][tag] for step in steps]
+        assert [value for _, value in scalars[tag]] == pytest.approx(expected, rel=1e-6)
 
 
 def test_summary_saver_hook_in_eval_mode_writes_the_evaluate_values(K, tmp_path):
@@ -481,7 +483,7 @@ def test_summary_saver_hook_in_eval_mode_writes_the_evaluate_values(K, tmp_path)
     scalars = read_scalars(tmp_path)["eval_loss"]
     # Evaluation does not advance the global step: every event is at step 4.
     assert {step for step, _ in scalars} == {4}
-    assert scalars[-1][1] == pytest.approx(recorder.test_logs[-1]["loss"], rel=1e-6)
+    assert [value for _, value in scalars] == pytest.approx([v["loss"] for v in recorder.test_batch], rel=1e-6)
 
 
 def test_step_counter_hook_writes_steps_per_second_by_the_clock(K, tmp_path, clock, hook_log):

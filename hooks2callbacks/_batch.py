@@ -1,0 +1,518 @@
+"""Batch values: each step's own loss and metric values, as TF1 tensors held them.
+
+Keras logs hold running means since the epoch (or the evaluation) began. A TF1
+hook that fetched `"loss"` got that batch's loss. Deriving a batch's value from
+two means is exact only for equal-size, unweighted batches, so the values are
+computed inside Keras's own compiled step instead:
+
+    wrapped_step(data):                  # the model's own step, wrapped
+        logs = model's step(data)        # untouched: Keras's state and logs stay its own
+        for each metric the step updated (recorded by its `update_state`):
+            state = the metric's reset state, updated with the same arguments
+            (summed across replicas under tf.distribute: the global batch)
+            value = the metric's result on that state    # the batch's own value
+        return logs + {BATCH/key: value}
+
+    function(*args):                     # what Keras's loop calls for the run
+        out = compiled(*args)            # built once by the model's make_*_function
+        pop the BATCH/ keys from its logs into the source    # other callbacks never see them
+        return out
+
+A key maps to its metric by identity: the tensor a metric's `result()` returned
+is the value the step put under that key. A metric is *derivable* when the class
+that defines its `update_state` is Keras's own: Keras's metrics only ever add a
+batch's contribution to their state, so the state from the reset state is that
+batch alone. A key whose metric is not derivable (a custom `update_state`) has no
+batch value; fetching it is an error rather than a silent mean. A key that is
+no metric's result (a value a custom `train_step` returns) passes through.
+
+The wrapped function is built once per model and compiled function (a new
+`compile()` makes Keras build a new one) and cached, so `fit` does not retrace
+it. It replaces `model.train_function` (or `test_function`) only for a run of
+a `HookCallback`; outside one, the model is exactly as Keras made it.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import weakref
+from typing import Any, Callable, Iterator, Mapping
+
+import keras
+
+# Log keys that carry batch values out of the step; no Keras metric is named so.
+BATCH_PREFIX = "__hooks2callbacks_batch__/"
+_KERAS_MODULES = ("keras.", "tf_keras.")
+
+
+class BatchValueError(ValueError):
+    """A hook fetched a log key whose per-batch value cannot be derived."""
+
+
+def _is_tf_keras(model: Any) -> bool:
+    return type(model).__module__.startswith("tf_keras") or any(
+        k.__module__.startswith("tf_keras.") for k in type(model).__mro__
+    )
+
+
+def derivable(metric: Any) -> bool:
+    """Whether `metric`'s state from its reset state, updated with one batch, is that batch's.
+
+    True when the class that defines its `update_state` is Keras's own: every
+    Keras metric adds each batch's contribution to its state.
+    """
+    for klass in type(metric).__mro__:
+        if "update_state" in vars(klass):
+            return klass.__module__.startswith(_KERAS_MODULES)
+    return False
+
+
+class _Recording(threading.local):
+    """What the step being run (or traced) in this thread has recorded.
+
+    Thread-local: under `tf.distribute`, each replica traces the step in a thread of its own.
+    """
+
+    def __init__(self) -> None:
+        self.active = False
+        self.inside = False  # in our own batch computation: metric calls pass through
+        self.states: dict[Any, Any] = {}  # metric -> its batch state (or batch value, tf_keras)
+        self.results: dict[int, Any] = {}  # id(tensor a metric's result() returned) -> metric
+
+
+_recording = _Recording()
+
+
+class _Patches:
+    """Instance-level method overrides, undone together."""
+
+    def __init__(self) -> None:
+        self._undo: list[tuple[Any, str, Any]] = []
+        self._patched: set[tuple[int, str]] = set()
+
+    def set(self, obj: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        if (id(obj), name) in self._patched:
+            return
+        previous = obj.__dict__.get(name, _ABSENT)
+        original = getattr(obj, name)
+        object.__setattr__(obj, name, make(original))
+        self._undo.append((obj, name, previous))
+        self._patched.add((id(obj), name))
+
+    def undo(self) -> None:
+        for obj, name, previous in reversed(self._undo):
+            if previous is _ABSENT:
+                object.__delattr__(obj, name)
+            else:
+                object.__setattr__(obj, name, previous)
+        self._undo.clear()
+        self._patched.clear()
+
+
+_ABSENT = object()
+
+
+class _Flavour:
+    """How one Keras flavour's metrics are recorded; see `_Keras3` and `_TfKeras`."""
+
+    def leaves(self, model: Any) -> list[Any]:
+        raise NotImplementedError
+
+    def containers(self, model: Any) -> list[Any]:
+        raise NotImplementedError
+
+    def record_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
+        raise NotImplementedError
+
+
+class _Keras3(_Flavour):
+    """Keras 3, any backend: the batch state from Keras's stateless metric API."""
+
+    def leaves(self, model: Any) -> list[Any]:
+        from keras.src.trainers.compile_utils import CompileMetrics  # pylint: disable=import-outside-toplevel
+
+        found = []
+        for metric in model.metrics:
+            if isinstance(metric, CompileMetrics):
+                found += metric.metrics if metric.built else []
+            else:
+                found.append(metric)
+        return found
+
+    def containers(self, model: Any) -> list[Any]:
+        return [c for c in (getattr(model, "_compile_metrics", None), getattr(model, "_compile_loss", None)) if c]
+
+    def record_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        previous = _recording.states.get(metric)
+        _recording.inside = True
+        try:
+            start = metric.stateless_reset_state() if previous is None else previous
+            # Calls `metric.update_state` (ours) inside a stateless scope: passes through.
+            _recording.states[metric] = metric.stateless_update_state(start, *args, **kwargs)
+        finally:
+            _recording.inside = False
+        return original(*args, **kwargs)
+
+    def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
+        states = _sum_across_replicas(states)
+        _recording.inside = True
+        try:
+            return [metric.stateless_result(state) for metric, state in zip(metrics, states)]
+        finally:
+            _recording.inside = False
+
+
+class _TfKeras(_Flavour):
+    """tf_keras: no stateless API; the metric's variables are reset, updated, read and restored.
+
+    Restoring adds the batch's state to the saved one, which is what the metric's
+    own single `assign_add` per variable gives, to the bit.
+    """
+
+    def leaves(self, model: Any) -> list[Any]:
+        found = list(model.metrics)
+        loss_metric = getattr(getattr(model, "compiled_loss", None), "_loss_metric", None)
+        if loss_metric is not None and not any(m is loss_metric for m in found):
+            found.append(loss_metric)
+        return found
+
+    def containers(self, model: Any) -> list[Any]:
+        return [c for c in (getattr(model, "compiled_metrics", None), getattr(model, "compiled_loss", None)) if c]
+
+    def record_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+        if metric in _recording.states:
+            # A second update in one step: its batch state would not start at zero.
+            _recording.states[metric] = None
+            return original(*args, **kwargs)
+        variables = metric.variables
+        saved = [tf.identity(v) for v in variables]
+        for v in variables:
+            v.assign(tf.zeros_like(v))
+        update = original(*args, **kwargs)
+        with tf.control_dependencies([] if update is None else [update]):
+            batch = [tf.identity(v) for v in variables]
+            _recording.inside = True
+            try:
+                value = metric.result()  # merges replicas' states under tf.distribute
+            finally:
+                _recording.inside = False
+        with tf.control_dependencies([value]):
+            restored = [v.assign(s + b) for v, s, b in zip(variables, saved, batch)]
+        _recording.states[metric] = value
+        return tf.group(restored)
+
+    def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
+        return states
+
+
+def _sum_across_replicas(states: list[Any]) -> list[Any]:
+    """The global batch's state: each replica's batch state, summed (TF backend only)."""
+    if keras.backend.backend() != "tensorflow":
+        return states
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return states
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, states)
+
+
+class _StepInfo:
+    """What tracing the wrapped step found out, for the Python side."""
+
+    def __init__(self) -> None:
+        self.keys: tuple[str, ...] = ()  # keys that carry a batch value
+        self.underivable: dict[str, str] = {}  # key -> why it has none
+
+
+class _Wrapped:
+    """The model's compiled step around the wrapped `train_step`/`test_step`, for one mode."""
+
+    def __init__(self, model: Any, mode: str, flavour: _Flavour) -> None:
+        self.mode = mode
+        self.info = _StepInfo()
+        self.users = 0
+        self.latest: dict[str, Any] = {}
+        self._flavour = flavour
+        self._jax = not _is_tf_keras(model) and keras.backend.backend() == "jax"
+        self._step_name = "train_step" if mode == "train" else "test_step"
+        self._function_name = "train_function" if mode == "train" else "test_function"
+        self._patches = _Patches()
+        self._model_ref = weakref.ref(model)
+        self.original = getattr(model, self._function_name)
+        self.compiled = self._build(model)
+
+    # -- building -------------------------------------------------------------
+
+    def _build(self, model: Any) -> Any:
+        """Builds the compiled function with the model's own make_*_function."""
+        names = [self._function_name] + (["train_tf_function"] if _is_tf_keras(model) and self.mode == "train" else [])
+        names += ["test_tf_function"] if _is_tf_keras(model) and self.mode == "eval" else []
+        saved = {name: model.__dict__.get(name, _ABSENT) for name in names}
+        self._patch_step(model)
+        try:
+            make = model.make_train_function if self.mode == "train" else model.make_test_function
+            make(force=True)
+            return getattr(model, self._function_name)
+        finally:
+            for name, value in saved.items():
+                if value is _ABSENT:
+                    model.__dict__.pop(name, None)
+                else:
+                    object.__setattr__(model, name, value)
+            self._patches.undo()
+
+    def _patch_step(self, model: Any) -> None:
+        step = getattr(model, self._step_name)
+        info = self.info
+
+        def wrapped_step(*args: Any) -> Any:
+            return self._run_step(step, info, args)
+
+        self._patches.set(model, self._step_name, lambda original: wrapped_step)
+
+    def _patch_metrics(self, model: Any) -> None:
+        flavour = self._flavour
+
+        def patch_leaf(metric: Any) -> None:
+            def make_update(original: Callable[..., Any]) -> Callable[..., Any]:
+                def update_state(*args: Any, **kwargs: Any) -> Any:
+                    if not _recording.active or _recording.inside:
+                        return original(*args, **kwargs)
+                    return flavour.record_update(metric, original, args, kwargs)
+
+                return update_state
+
+            def make_result(original: Callable[..., Any]) -> Callable[..., Any]:
+                def result(*args: Any, **kwargs: Any) -> Any:
+                    value = original(*args, **kwargs)
+                    if _recording.active and not _recording.inside:
+                        _recording.results[id(value)] = metric
+                    return value
+
+                return result
+
+            self._patches.set(metric, "update_state", make_update)
+            self._patches.set(metric, "result", make_result)
+
+        def patch_container(container: Any) -> None:
+            def make_build(original: Callable[..., Any]) -> Callable[..., Any]:
+                def build(*args: Any, **kwargs: Any) -> Any:
+                    built = original(*args, **kwargs)
+                    for leaf in flavour.leaves(model):
+                        patch_leaf(leaf)
+                    return built
+
+                return build
+
+            self._patches.set(container, "build", make_build)
+
+        for container in flavour.containers(model):
+            patch_container(container)
+        for leaf in flavour.leaves(model):
+            patch_leaf(leaf)
+
+    # -- running --------------------------------------------------------------
+
+    def _run_step(self, step: Callable[..., Any], info: _StepInfo, args: Any) -> Any:
+        if _recording.active:  # a step inside a step: not ours to record
+            return step(*args)
+        _recording.active = True
+        _recording.states, _recording.results = {}, {}
+        try:
+            out = step(*args)
+        finally:
+            _recording.active = False
+        states, results = _recording.states, _recording.results
+        _recording.states, _recording.results = {}, {}
+        logs = out[0] if self._jax else out
+        if not isinstance(logs, dict):
+            info.keys, info.underivable = (), {}
+            return out
+        derived: list[tuple[str, Any]] = []
+        underivable: dict[str, str] = {}
+        for key, value in logs.items():
+            metric = results.get(id(value))
+            if metric is None:
+                continue  # not a metric's result: a value the step returns as is
+            why = _why_underivable(metric, states)
+            if why is None:
+                derived.append((key, metric))
+            else:
+                underivable[key] = why
+        values = self._flavour.batch_values([m for _, m in derived], [states[m] for _, m in derived])
+        batch = {BATCH_PREFIX + key: value for (key, _), value in zip(derived, values)}
+        info.keys = tuple(key for key, _ in derived)
+        info.underivable = underivable
+        logs = {**logs, **batch}
+        return (logs, *out[1:]) if self._jax else logs
+
+    def __call__(self, *args: Any) -> Any:
+        out = self.compiled(*args)
+        logs = out[0] if self._jax else out
+        latest = {}
+        for key in self.info.keys:
+            latest[key] = logs.pop(BATCH_PREFIX + key)
+        self.latest = latest
+        return out
+
+    # -- a run ----------------------------------------------------------------
+
+    def attach(self, model: Any) -> None:
+        """Makes the model's loop call this function, for a run."""
+        if self.users == 0:
+            current = getattr(model, self._function_name)
+            self._patch_step(model)
+            self._patch_metrics(model)
+            object.__setattr__(model, self._function_name, self)
+            if self.mode == "eval" and _is_tf_keras(model):
+                _redirect_tf_keras_test_runner(current, self)
+        self.users += 1
+
+    def detach(self, model: Any) -> None:
+        """Ends a run; the last one gives the model back its own function."""
+        self.users -= 1
+        if self.users == 0:
+            self._patches.undo()
+            if getattr(model, self._function_name, None) is self:
+                object.__setattr__(model, self._function_name, self.original)
+
+
+def _redirect_tf_keras_test_runner(function: Any, replacement: Any) -> None:
+    """Makes tf_keras's `evaluate` loop call `replacement`.
+
+    tf_keras's `evaluate` hands `model.test_function` to a runner object
+    (`test_function_runner`, a local of `evaluate`) before it calls
+    `on_test_begin`, so setting the attribute alone comes too late.
+
+    Raises:
+        RuntimeError: No such runner is on the stack (another tf_keras version).
+    """
+    frame = sys._getframe(1)  # pylint: disable=protected-access
+    while frame is not None:
+        runner = frame.f_locals.get("test_function_runner")
+        if runner is not None and getattr(runner, "_function", None) is function:
+            runner._function = replacement  # pylint: disable=protected-access
+            return
+        frame = frame.f_back
+    raise RuntimeError(
+        "HookCallback(mode='eval') could not find the test function runner of this tf_keras "
+        "evaluate() call, so it cannot give hooks each batch's own values. Pass "
+        "HookCallback(..., values='running_mean') to give them tf_keras's running means."
+    )
+
+
+def _why_underivable(metric: Any, states: Mapping[Any, Any]) -> str | None:
+    name = f"{type(metric).__name__}(name={getattr(metric, 'name', '?')!r})"
+    if not derivable(metric):
+        return (
+            f"it is the result of the metric {name}, whose class defines its own update_state, "
+            "so its state after one batch need not be that batch's alone"
+        )
+    if metric not in states:
+        return f"it is the result of the metric {name}, which this step did not update"
+    if states[metric] is None:
+        return f"it is the result of the metric {name}, which this step updated twice"
+    return None
+
+
+# model -> {mode: _Wrapped}; a new compile() gives the model new functions, and so new entries.
+_cache: weakref.WeakKeyDictionary[Any, dict[str, _Wrapped]] = weakref.WeakKeyDictionary()
+_cache_lock = threading.Lock()
+
+
+class BatchSource:
+    """The batch values of one run: attaches the wrapped function, reads its values.
+
+    Args:
+        model: The Keras model (Keras 3, any backend, or tf_keras).
+        mode: `"train"` or `"eval"`.
+    """
+
+    def __init__(self, model: Any, mode: str) -> None:
+        self._model = model
+        function_name = "train_function" if mode == "train" else "test_function"
+        current = getattr(model, function_name, None)
+        with _cache_lock:
+            entries = _cache.setdefault(model, {})
+            wrapped = current if isinstance(current, _Wrapped) else entries.get(mode)
+            if wrapped is None or (wrapped.users == 0 and wrapped.original is not current):
+                flavour: _Flavour = _TfKeras() if _is_tf_keras(model) else _Keras3()
+                wrapped = entries[mode] = _Wrapped(model, mode, flavour)
+            wrapped.attach(model)
+        self._wrapped: _Wrapped | None = wrapped
+
+    def logs(self, logs: Mapping[str, Any]) -> BatchLogs:
+        """The step's logs as hooks see them: batch values where there are some."""
+        wrapped = self._wrapped
+        if wrapped is None:
+            return BatchLogs(logs, {}, {})
+        return BatchLogs(logs, wrapped.latest, wrapped.info.underivable)
+
+    def close(self) -> None:
+        """Gives the model back its own function (when no other run uses ours)."""
+        wrapped, self._wrapped = self._wrapped, None
+        if wrapped is not None:
+            with _cache_lock:
+                wrapped.detach(self._model)
+
+
+def _pythonify(value: Any) -> Any:
+    """Converts a batch value as Keras converts its logs (`python_utils.pythonify_logs`)."""
+    value = keras.ops.convert_to_numpy(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value
+
+
+class BatchLogs(Mapping[str, Any]):
+    """A step's logs with each derivable metric's batch value in place of Keras's running mean.
+
+    Values are Python floats, as in Keras's logs; a batch value is converted on
+    first access, so keys no hook reads cost nothing.
+    """
+
+    __slots__ = ("_logs", "_batch", "_underivable")
+
+    def __init__(self, logs: Mapping[str, Any], batch: dict[str, Any], underivable: Mapping[str, str]) -> None:
+        self._logs = logs
+        self._batch = batch
+        self._underivable = underivable
+
+    def __getitem__(self, key: str) -> Any:
+        batch = self._batch
+        if key in batch:
+            value = batch[key]
+            if not isinstance(value, float):
+                value = batch[key] = _pythonify(value)
+            return value
+        why = self._underivable.get(key)
+        if why is not None:
+            raise BatchValueError(
+                f"The log key {key!r} has no per-batch value: {why}. HookCallback gives hooks "
+                "each batch's own value, as TF1 tensors held it, and will not pass Keras's running "
+                "mean off as one. Either pass HookCallback(..., values='running_mean') to give "
+                "hooks Keras's running means for every key, or compute the value as a metric "
+                "whose update_state is Keras's own (a keras.metrics.MeanMetricWrapper of a "
+                "per-sample function)."
+            )
+        return self._logs[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._logs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._logs)
+
+    def __len__(self) -> int:
+        return len(self._logs)
+
+    def __repr__(self) -> str:
+        return f"BatchLogs({ {k: self._batch.get(k, v) for k, v in self._logs.items()}!r})"
