@@ -167,15 +167,19 @@ class _Keras3(_Flavour):
 
 
 class _TfKeras(_Flavour):
-    """tf_keras: no stateless API; the metric's variables are reset, updated, read and restored.
+    """tf_keras: no stateless API, so the metric's own variables hold the batch state for a moment.
 
-    Restoring adds the batch's state to the saved one, which is what the metric's
-    own single `assign_add` per variable gives, to the bit.
+    In the update: the state is saved, zeroed, updated with the batch, read, and
+    restored as saved + batch, which is what the metric's single `assign_add` per
+    variable gives, to the bit. At the step's end, the batch state is summed
+    across replicas, put in the variables, the class's own `result` (not the
+    instance's, which tf_keras wraps in a cross-replica merge) read, and the
+    state put back.
     """
 
     def leaves(self, model: Any) -> list[Any]:
         found = list(model.metrics)
-        loss_metric = getattr(getattr(model, "compiled_loss", None), "_loss_metric", None)
+        loss_metric = getattr(getattr(model, "compiled_loss", None), "_total_loss_mean", None)
         if loss_metric is not None and not any(m is loss_metric for m in found):
             found.append(loss_metric)
         return found
@@ -197,25 +201,38 @@ class _TfKeras(_Flavour):
         update = original(*args, **kwargs)
         with tf.control_dependencies([] if update is None else [update]):
             batch = [tf.identity(v) for v in variables]
-            _recording.inside = True
-            try:
-                value = metric.result()  # merges replicas' states under tf.distribute
-            finally:
-                _recording.inside = False
-        with tf.control_dependencies([value]):
-            restored = [v.assign(s + b) for v, s, b in zip(variables, saved, batch)]
-        _recording.states[metric] = value
-        return tf.group(restored)
+        _recording.states[metric] = batch
+        return tf.group([v.assign(s + b) for v, s, b in zip(variables, saved, batch)])
 
     def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
-        return states
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+        values = []
+        for metric, state in zip(metrics, _sum_across_replicas(states)):
+            variables = metric.variables
+            saved = [tf.identity(v) for v in variables]
+            for v, value in zip(variables, state):
+                v.assign(value)
+            values.append(tf.identity(type(metric).result(metric)))
+            with tf.control_dependencies(values[-1:]):
+                for v, value in zip(variables, saved):
+                    v.assign(value)
+        context = tf.distribute.get_replica_context()
+        if values and context is not None and context.num_replicas_in_sync > 1:
+            # Every replica holds the same values. tf_keras sums what replicas return
+            # (reduction "auto"), except values that are one tensor for all replicas,
+            # as its own merged metric results are: make ours so.
+            values = context.merge_call(lambda strategy, per_replica: strategy.experimental_local_results(per_replica)[0],
+                                        args=(values,))
+        return values
 
 
 def _sum_across_replicas(states: list[Any]) -> list[Any]:
-    """The global batch's state: each replica's batch state, summed (TF backend only)."""
-    if keras.backend.backend() != "tensorflow":
-        return states
+    """The global batch's state: each replica's batch state, summed (TF models only)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    if not states or not isinstance(tf.nest.flatten(states)[0], tf.Tensor):
+        return states  # JAX or PyTorch: no tf.distribute
 
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:

@@ -53,12 +53,18 @@ def train_mirrored(K, strategy) -> dict:
     stop = tf.compat.v1.train.StopAtStepHook(last_step=MIRRORED_STEPS)
     model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[recorder, HookCallback([hook, stop])])
     # The same training on one device: the loss over the whole batch, which is
-    # what the replicas' all-reduced logs must equal (one replica's loss would not).
+    # what the hooks must see under the strategy (one replica's loss would not).
     single_model = make_model(K)
     single = RecordingHook("single", [], fetches="loss")
     single_model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[HookCallback([single, stop])])
     final = tf.compat.v1.train.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
-    evaluated = model.evaluate(x, y, batch_size=32, verbose=0, return_dict=True, callbacks=[HookCallback(final, mode="eval")])
+    means = tf.compat.v1.train.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
+    evaluated = model.evaluate(
+        x, y, batch_size=32, verbose=0, return_dict=True,
+        callbacks=[HookCallback(final, mode="eval"), HookCallback(means, mode="eval", values="running_mean")],
+    )
+    single_final = tf.compat.v1.train.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
+    single_model.evaluate(x, y, batch_size=32, verbose=0, callbacks=[HookCallback(single_final, mode="eval")])
     return {
         "replicas": strategy.num_replicas_in_sync,
         "steps": [c[2] for c in calls if c[1] == "after_run"],
@@ -68,6 +74,8 @@ def train_mirrored(K, strategy) -> dict:
         "single_device_loss": single.results,
         "iterations": iterations(model),
         "final_ops": {k: float(v) for k, v in final.final_ops_values.items()},
+        "single_device_final_ops": {k: float(v) for k, v in single_final.final_ops_values.items()},
+        "final_means": {k: float(v) for k, v in means.final_ops_values.items()},
         "evaluated": {k: float(evaluated[k]) for k in ("loss", "accuracy")},
     }
 
@@ -129,8 +137,11 @@ def worker(hook_dir: str, result_path: str) -> None:
         tf.compat.v1.train.CheckpointSaverHook(checkpoints, save_steps=2),
     ]
     callback = HookCallback(hooks, chief_only_hooks=chief_only)
-    model.fit(dataset, epochs=3, verbose=0, callbacks=[callback])
-    write(result_path, {"task": task, "calls": calls, "iterations": iterations(model)})
+    keras_loss: list = []
+    recorder = K.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs=None: keras_loss.append(logs["loss"]))
+    model.fit(dataset, epochs=3, verbose=0, callbacks=[recorder, callback])
+    write(result_path, {"task": task, "calls": calls, "iterations": iterations(model),
+                        "hook_loss": hooks[0].results, "keras_loss": keras_loss})
 
 
 def write(path: str, value) -> None:

@@ -71,15 +71,22 @@ def mirrored(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
-def test_mirrored_strategy_hooks_see_all_reduced_logs_and_each_step_once(mirrored, flavour):
+def test_mirrored_strategy_hooks_see_global_batch_values_and_each_step_once(mirrored, flavour):
     run = mirrored[flavour]
     steps = distributed_run.MIRRORED_STEPS
     assert run["replicas"] == 2
     assert run["steps"] == list(range(steps)) and run["iterations"] == steps
-    assert run["hook_loss"] == run["keras_loss"] and run["hook_loss_types"] == ["float"]
-    # All-reduced over the global batch: the loss one device computes on it.
+    assert run["hook_loss_types"] == ["float"]
+    # Each batch's own value over the global batch: the loss one device computes on
+    # it (one replica's half would not be), in training and at the end of evaluate().
     assert run["hook_loss"] == pytest.approx(run["single_device_loss"], rel=1e-4)
-    assert run["final_ops"] == pytest.approx(run["evaluated"], rel=1e-6)
+    assert run["final_ops"] == pytest.approx(run["single_device_final_ops"], rel=1e-4)
+    # Keras's running mean equals the batch's value at each epoch's first step only.
+    first_steps = [0, 10]
+    assert [run["hook_loss"][i] for i in first_steps] == pytest.approx([run["keras_loss"][i] for i in first_steps], rel=1e-6)
+    assert run["hook_loss"][1] != pytest.approx(run["keras_loss"][1], rel=1e-3)
+    # values="running_mean": Keras's all-reduced logs, so evaluate()'s results at the end.
+    assert run["final_means"] == pytest.approx(run["evaluated"], rel=1e-6)
 
 
 def free_ports(n: int) -> list[int]:
@@ -110,6 +117,11 @@ def test_multi_worker_chief_only_hooks_and_a_stop_on_one_worker(tmp_path):
     # Worker 1 alone asked to stop after step 3; both stopped there, neither hung.
     last = distributed_run.WORKER_STOP_STEP
     assert chief["iterations"] == other["iterations"] == last + 1
+    # Each batch's own loss over the global batch: the same on both workers, and at
+    # the first step (a running mean of one batch) Keras's own value.
+    assert chief["hook_loss"] == other["hook_loss"] and len(chief["hook_loss"]) == last + 1
+    assert chief["hook_loss"][0] == pytest.approx(chief["keras_loss"][0], rel=1e-6)
+    assert chief["hook_loss"][1:] != pytest.approx(chief["keras_loss"][1:], rel=1e-3)
     every = [tuple(c) for c in other["calls"]]
     assert {c[0] for c in every} == {"every"}
     assert [c[2] for c in every if c[1] == "after_run"] == list(range(last + 1))
