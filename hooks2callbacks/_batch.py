@@ -246,6 +246,7 @@ class _StepInfo:
     def __init__(self) -> None:
         self.keys: tuple[str, ...] = ()  # keys that carry a batch value
         self.underivable: dict[str, str] = {}  # key -> why it has none
+        self.runs = 0  # Python runs of the wrapped step: one per trace where Keras compiles
 
 
 class _Wrapped:
@@ -340,6 +341,7 @@ class _Wrapped:
     def _run_step(self, step: Callable[..., Any], info: _StepInfo, args: Any) -> Any:
         if _recording.active:  # a step inside a step: not ours to record
             return step(*args)
+        info.runs += 1
         _recording.active = True
         _recording.states, _recording.results = {}, {}
         try:

@@ -1,0 +1,261 @@
+"""Batch values (`hooks2callbacks._batch`): hooks see each batch's own loss and metrics.
+
+The reference is computed apart from the training step: `Recorder` runs
+`test_on_batch` of a copy of the model that holds the weights the step started
+from, on that batch alone. Values must agree to float32 rounding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from hooks2callbacks import HookCallback
+from hooks2callbacks._batch import BatchValueError, _cache
+from support import N_CLASSES, N_FEATURES, OnlyAfterRun, Recorder, make_data, make_model, needs_backend
+
+T = tf.compat.v1.train
+X, Y = make_data(100)  # batches of 32: 32, 32, 32 and a smaller last one of 4
+BATCH = 32
+WEIGHTS = np.random.default_rng(1).uniform(0.25, 2.0, size=len(X)).astype("float32")
+CLASS_WEIGHT = {0: 0.5, 1: 2.0, 2: 1.25}
+
+
+def weighted_model(K: Any) -> Any:
+    """The small MLP with a plain and a weighted metric, and a top-2 accuracy."""
+    K.utils.set_random_seed(0)
+    model = K.Sequential([K.Input((N_FEATURES,)), K.layers.Dense(16, activation="relu"), K.layers.Dense(N_CLASSES)])
+    model.compile(
+        optimizer=K.optimizers.SGD(0.05),
+        loss=K.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy", K.metrics.SparseTopKCategoricalAccuracy(k=2, name="top2")],
+        weighted_metrics=[K.metrics.SparseCategoricalAccuracy(name="weighted_accuracy")],
+    )
+    return model
+
+
+class Seen(T.SessionRunHook):
+    """Fetches every key of `keys` by name at every step and keeps the results."""
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.keys = keys
+        self.results: list[dict[str, float]] = []
+
+    def before_run(self, run_context: Any) -> Any:
+        return T.SessionRunArgs({key: key for key in self.keys})
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        self.results.append(run_values.results)
+
+
+KEYS = ("loss", "accuracy", "top2", "weighted_accuracy")
+
+
+@pytest.mark.parametrize("weighting", ["none", "sample_weight", "class_weight"])
+def test_each_batch_own_values_over_epochs_with_a_smaller_last_batch(K, weighting):
+    model = weighted_model(K)
+    kwargs: dict[str, Any] = {}
+    per_sample = None
+    if weighting == "sample_weight":
+        kwargs["sample_weight"] = per_sample = WEIGHTS
+    elif weighting == "class_weight":
+        kwargs["class_weight"] = CLASS_WEIGHT
+        per_sample = np.array([CLASS_WEIGHT[int(c)] for c in Y], dtype="float32")
+    recorder = Recorder(K, X, Y, sample_weight=per_sample, reference=weighted_model)
+    hook = Seen(KEYS)
+    history = model.fit(X, Y, batch_size=BATCH, epochs=3, verbose=0, shuffle=False,
+                        callbacks=[recorder, HookCallback(hook)], **kwargs)
+    assert len(hook.results) == len(recorder.train_batch) == 3 * 4
+    for step, (seen, own) in enumerate(zip(hook.results, recorder.train_batch)):
+        assert seen == pytest.approx({key: own[key] for key in KEYS}, rel=1e-6, abs=1e-7), f"step {step}"
+    # Keras's running means are something else after each epoch's first step...
+    assert hook.results[1]["loss"] != pytest.approx(recorder.train_logs[1]["loss"], rel=1e-3)
+    # ...and stay what other callbacks and History get.
+    assert history.history["loss"] == [recorder.train_logs[i]["loss"] for i in (3, 7, 11)]
+
+
+def test_evaluate_and_validation_passes_give_each_batch_own_values(K):
+    model = make_model(K)
+    train = Seen(("loss", "accuracy"))
+    validation = Seen(("loss", "accuracy"))
+    recorder = Recorder(K, X, Y)
+    model.fit(X, Y, batch_size=BATCH, epochs=2, verbose=0, shuffle=False, validation_data=(X, Y),
+              callbacks=[recorder, HookCallback(train), HookCallback(validation, mode="eval")])
+    assert len(validation.results) == len(recorder.test_batch) == 2 * 4
+    for seen, own in zip(validation.results, recorder.test_batch):
+        assert seen == pytest.approx(own, rel=1e-6)
+    for seen, own in zip(train.results, recorder.train_batch):
+        assert seen == pytest.approx(own, rel=1e-6)
+
+    evaluated = Seen(("loss", "accuracy"))
+    recorder = Recorder(K, X, Y)
+    results = model.evaluate(X, Y, batch_size=BATCH, verbose=0, return_dict=True,
+                             callbacks=[recorder, HookCallback(evaluated, mode="eval")])
+    for seen, own in zip(evaluated.results, recorder.test_batch):
+        assert seen == pytest.approx(own, rel=1e-6)
+    # evaluate() still returns Keras's aggregate over the whole evaluation.
+    assert results == pytest.approx(recorder.test_logs[-1], rel=0)
+
+
+def test_running_mean_gives_the_logs_keras_reports(K):
+    model = make_model(K)
+    hook = OnlyAfterRun()
+    recorder = Recorder(K, X, Y, reference=None)
+    model.fit(X, Y, batch_size=BATCH, epochs=2, verbose=0, shuffle=False,
+              callbacks=[recorder, HookCallback(hook, values="running_mean")])
+    assert [dict(view) for view in hook.results] == recorder.train_logs
+    assert _cache.get(model) is None  # no step of its own was built
+
+
+def test_training_and_other_callbacks_are_exactly_as_without_hook_callback(K):
+    def run(with_hooks: bool) -> tuple[Any, list[dict], list[np.ndarray]]:
+        model = make_model(K)
+        recorder = Recorder(K, X, Y, reference=None)
+        callbacks = [recorder] + ([HookCallback(Seen(("loss", "accuracy")))] if with_hooks else [])
+        history = model.fit(X, Y, batch_size=BATCH, epochs=2, verbose=0, shuffle=False, callbacks=callbacks,
+                            validation_data=(X, Y))
+        return history.history, recorder.train_logs, model.get_weights()
+
+    history, logs, weights = run(True)
+    plain_history, plain_logs, plain_weights = run(False)
+    assert history == plain_history and logs == plain_logs
+    for a, b in zip(weights, plain_weights):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_step_is_built_once_and_the_model_given_back_between_runs(K):
+    def overrides(model: Any) -> list[tuple[int, str, Any]]:
+        """The instance-level methods of the model and its metrics and containers."""
+        objects = [model, *model.metrics, *(getattr(model, n, None) for n in
+                                            ("_compile_metrics", "_compile_loss", "compiled_metrics", "compiled_loss"))]
+        return [(id(o), name, vars(o)[name]) for o in objects if o is not None
+                for name in ("train_step", "update_state", "result", "build") if name in vars(o)]
+
+    model = make_model(K)
+    model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0)  # Keras builds its own train function
+    own_function, own_overrides = model.train_function, overrides(model)
+    for _ in range(3):
+        model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, shuffle=False, callbacks=[HookCallback(Seen(("loss",)))])
+        # Between runs the model is exactly Keras's: its own function, no overrides of ours.
+        assert model.train_function is own_function
+        assert overrides(model) == own_overrides
+    wrapped = _cache[model]["train"]
+    assert wrapped.original is own_function and wrapped.users == 0
+    if keras.backend.backend() != "torch" or K.__name__ == "tf_keras":
+        # Traced once for full batches and once for the smaller last one, not once per fit.
+        assert wrapped.info.runs <= 2
+    # A new compile() gives the model a new function, and the adapter a new step.
+    model.compile(optimizer=model.optimizer, loss=model.loss, metrics=["accuracy"])
+    model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[HookCallback(Seen(("loss",)))])
+    assert _cache[model]["train"] is not wrapped
+
+
+def test_two_hook_callbacks_in_one_fit_share_the_step(K):
+    model = make_model(K)
+    first, second = Seen(("loss",)), Seen(("loss", "accuracy"))
+    recorder = Recorder(K, X, Y)
+    model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, shuffle=False,
+              callbacks=[recorder, HookCallback(first), HookCallback(second)])
+    assert [r["loss"] for r in first.results] == [r["loss"] for r in second.results]
+    assert [r["loss"] for r in first.results] == pytest.approx([b["loss"] for b in recorder.train_batch], rel=1e-6)
+    assert _cache[model]["train"].users == 0
+
+
+def test_a_model_error_leaves_the_step_until_the_run_is_closed(K):
+    class Failing(K.layers.Layer):
+        def call(self, inputs):
+            return inputs
+
+    model = make_model(K)
+    model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0)
+    own_function = model.train_function
+    with HookCallback(Seen(("loss",))) as callback:
+        with pytest.raises(ValueError):
+            model.fit(X[:, :3], Y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[callback])
+        assert model.train_function is not own_function  # the run is still open
+    assert model.train_function is own_function  # closed on leaving the with block
+
+
+class CountingMetric:
+    """A stateful metric with its own update_state: its per-batch value cannot be derived."""
+
+    @staticmethod
+    def make(K: Any) -> Any:
+        class Counted(K.metrics.Metric):
+            def __init__(self, name: str = "counted", **kwargs: Any) -> None:
+                super().__init__(name=name, **kwargs)
+                self.seen = self.add_weight(name="seen", initializer="zeros")
+
+            def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+                self.seen.assign_add(1.0)
+
+            def result(self) -> Any:
+                return self.seen * 1.0
+
+        return Counted()
+
+
+def test_a_metric_with_its_own_update_state_is_an_error_only_when_fetched(K):
+    def model_with_custom_metric() -> Any:
+        model = make_model(K)
+        model.compile(optimizer=K.optimizers.SGD(0.05), loss=model.loss, metrics=["accuracy", CountingMetric.make(K)])
+        return model
+
+    # Not fetched: no error, and the other keys have their batch values.
+    model = model_with_custom_metric()
+    hook = Seen(("loss", "accuracy"))
+    model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[HookCallback(hook)])
+    assert len(hook.results) == 4
+
+    model = model_with_custom_metric()
+    with pytest.raises(BatchValueError) as info:
+        model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[HookCallback(Seen(("counted",)))])
+    message = str(info.value)
+    assert "'counted'" in message and "Counted(name='counted')" in message
+    assert "defines its own update_state" in message and "values='running_mean'" in message
+    assert "Raised in the fetches of Seen.before_run, called by HookCallback." in info.value.__notes__
+
+    # Keras's running value, one argument away.
+    model = model_with_custom_metric()
+    hook = Seen(("counted",))
+    model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[HookCallback(hook, values="running_mean")])
+    assert [r["counted"] for r in hook.results] == [1.0, 2.0, 3.0, 4.0]
+
+
+class PlainValueModel(keras.Model):
+    """A custom train_step returning a value that is no metric's result, beside the loss tracker's."""
+
+    def train_step(self, data: Any) -> Any:
+        logs = super().train_step(data)
+        return {**logs, "constant": keras.ops.convert_to_tensor(7.0)}
+
+
+@needs_backend("tensorflow", reason="the custom train_step calls the TF backend's super().train_step")
+def test_a_value_that_is_no_metric_result_passes_through():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((N_FEATURES,))
+    model = PlainValueModel(inputs, keras.layers.Dense(N_CLASSES)(inputs))
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    hook = Seen(("loss", "constant"))
+    recorder = Recorder(keras, X, Y, reference=None)
+    model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, shuffle=False, callbacks=[recorder, HookCallback(hook)])
+    assert [r["constant"] for r in hook.results] == [7.0] * 4
+    assert hook.results[1]["loss"] != pytest.approx(recorder.train_logs[1]["loss"], rel=1e-3)
+
+
+@needs_backend("tensorflow", "jax", reason="Keras's torch backend requires steps_per_execution=1")
+@pytest.mark.filterwarnings("ignore:HookCallback. the model was compiled with steps_per_execution")
+def test_with_steps_per_execution_the_values_are_each_execution_last_batch(K):
+    reference = Seen(("loss", "accuracy"))
+    make_model(K).fit(X[:96], Y[:96], batch_size=BATCH, epochs=2, verbose=0, shuffle=False,
+                      callbacks=[HookCallback(reference)])
+    model = make_model(K, steps_per_execution=2)
+    hook = Seen(("loss", "accuracy"))
+    model.fit(X[:96], Y[:96], batch_size=BATCH, epochs=2, verbose=0, shuffle=False, callbacks=[HookCallback(hook)])
+    # Three batches an epoch: executions of steps (0, 1) and (2); each counts as its last step.
+    last_steps = [1, 2, 4, 5]
+    assert hook.results == [pytest.approx(reference.results[i], rel=1e-6) for i in last_steps]
