@@ -22,7 +22,8 @@ Variants (each trains the same-shaped MLP on the same synthetic data):
   idle      ten hooks whose `before_run` returns None and whose `after_run` does
             nothing, through `HookCallback`: the adapter's fixed per-hook cost.
   direct    the four hooks with no adapter: a plain Keras callback calls their
-            `before_run`/`after_run` itself, with results made from the logs
+            `before_run`/`after_run` itself, with results made from the batch
+            values that manual derives
             (the hooks sit on their own TF1 graph; StepCounterHook's one
             `session.run(global_step)` gets the step). adapted - direct is the
             adapter's own share of adapted - bare; the rest is the hooks' code.
@@ -170,9 +171,10 @@ class ManualCallback(keras.callbacks.Callback):
         self.count = 0
         self.rate_time: float | None = None
         self.rate_step = self.step
+        self.batch_values = _common.BatchFromMeans()
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        logs = logs or {}
+        logs = self.batch_values(batch, logs or {})
         self.step += 1
         loss = logs["loss"]
         if math.isnan(loss):
@@ -204,12 +206,13 @@ class DirectHooksCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs: Any = None) -> None:
         self.direct.step = np.int64(int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)))
+        self.batch_values = _common.BatchFromMeans()
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         self.direct.before_run()
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        if self.direct.after_run(logs):
+        if self.direct.after_run(self.batch_values(batch, logs or {})):
             self.model.stop_training = True
 
 

@@ -40,8 +40,9 @@ class StepRecorderHook:
 
     Attributes:
         records: `(global_step, loss)` per step. The step is the stale value
-            from before the step's own increment, as in TF1; the loss is the
-            epoch-to-date mean that Keras logs.
+            from before the step's own increment, as in TF1; the loss is that
+            batch's own loss, as a TF1 loss tensor held it (not the running
+            mean Keras's progress bar shows).
         stop_seen_at: The number of steps done when a stop was first
             requested, or None.
         ended: Whether `end()` was called.
@@ -186,7 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # -- the hooks: stock TF1 hooks, unchanged, plus a duck-typed one ----------
     stop_hook = tf.compat.v1.train.StopAtStepHook(last_step=args.last_step)
-    # "global_step" is a graph tensor name, "loss" and "accuracy" are Keras log keys.
+    # "global_step" is a graph tensor name, "loss" and "accuracy" are Keras log keys:
+    # hooks get each batch's own values, as TF1 tensors held them.
     train_logging_hook = tf.compat.v1.train.LoggingTensorHook(
         {"step": "global_step", "loss": "loss", "accuracy": "accuracy"}, every_n_iter=args.log_every
     )
@@ -259,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"  StepRecorderHook: {len(recorder.records)} steps recorded; loss {first_loss:.4f} "
             f"at global step {first_step} -> {last_loss:.4f} at global step {last_step} "
-            "(stale step, epoch-mean loss)",
+            "(stale step, each batch's own loss)",
             file=out,
         )
     print(f"  test loss {scores['loss']:.4f}, test accuracy {scores['accuracy']:.4f}", file=out)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hooks2callbacks import HookCallback, UnknownLogKeyError
+from hooks2callbacks import BatchValueError, HookCallback, UnknownLogKeyError
 from support import OnlyAfterRun, RecordingHook, make_data, make_model
 
 T = tf.compat.v1.train
@@ -69,6 +69,26 @@ def fit(hooks: Any, *more: keras.callbacks.Callback, model: Any = None, **kwargs
     model = model or make_model()
     callbacks = [hooks if isinstance(hooks, HookCallback) else HookCallback(hooks), *more]
     model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=callbacks, **kwargs)
+
+
+class Calls(keras.metrics.Metric):
+    """A stateful metric with its own update_state: HookCallback cannot derive its batch value."""
+
+    def __init__(self) -> None:
+        super().__init__(name="calls")
+        self.count = self.add_weight(name="count", initializer="zeros")
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        self.count.assign_add(1.0)
+
+    def result(self) -> Any:
+        return self.count * 1.0
+
+
+def model_with_a_custom_metric() -> Any:
+    model = make_model()
+    model.compile(optimizer="sgd", loss=model.loss, metrics=[Calls()])
+    return model
 
 
 FOREIGN = tf.Graph()
@@ -144,6 +164,9 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("mode-misspelt", lambda: HookCallback(OnlyAfterRun(), mode="training"), ValueError,
      r"HookCallback\(mode=\.\.\.\) must be one of \('train', 'eval', 'predict'\), got 'training'"),
     ("mode-none", lambda: HookCallback(OnlyAfterRun(), mode=None), ValueError, r"must be one of .*got None"),
+    ("values-misspelt", lambda: HookCallback(OnlyAfterRun(), values="mean"), ValueError,
+     r"HookCallback\(values=\.\.\.\) must be one of \('batch', 'running_mean'\), got 'mean': \"batch\" gives "
+     r"hooks each batch's own loss and metric values"),
     ("is-chief-not-bool", lambda: HookCallback([], is_chief="yes"), TypeError,
      r"HookCallback\(is_chief=\.\.\.\) must be True, False or None .*got 'yes' of type str"),
     ("factory-returns-non-hooks", lambda: fit(lambda: 3), TypeError,
@@ -200,6 +223,10 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"run \(an earlier fit/evaluate, or another HookCallback\)"),
     ("session-run-unknown-key", lambda: fit(SessionRun("lr")), UnknownLogKeyError,
      rf"SessionRun\.after_run\(\) \(through session\.run\) fetched the Keras log key 'lr'.*{LOG_KEYS}"),
+    ("fetch-a-metric-without-batch-values", lambda: fit(Fetches("calls"), model=model_with_a_custom_metric()),
+     BatchValueError,
+     r"The log key 'calls' has no per-batch value: it is the result of the metric Calls\(name='calls'\), whose "
+     r"class defines its own update_state.*Either pass HookCallback\(\.\.\., values='running_mean'\)"),
     ("session-run-numpy", lambda: fit(SessionRun(np.ones(1))), TypeError,
      rf"SessionRun\.after_run\(\) \(through session\.run\) fetched .* of type ndarray\. {ACCEPTED}"),
 ]

@@ -15,7 +15,8 @@ import pytest
 import tensorflow as tf
 
 from hooks2callbacks import HookCallback
-from hooks2callbacks._batch import BatchValueError, _cache
+from hooks2callbacks import BatchValueError
+from hooks2callbacks._batch import _cache
 from support import N_CLASSES, N_FEATURES, OnlyAfterRun, Recorder, make_data, make_model, needs_backend
 
 T = tf.compat.v1.train
