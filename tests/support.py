@@ -15,7 +15,9 @@ from tensorflow.python.training import training_util
 from hooks2callbacks import HookCallback
 
 N_FEATURES = 8
+N_HIDDEN = 16
 N_CLASSES = 3
+LEARNING_RATE = 0.05
 
 
 def make_data(n: int = 320, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -34,12 +36,12 @@ def make_model(
     model = K.Sequential(
         [
             K.Input((N_FEATURES,)),
-            K.layers.Dense(16, activation="relu"),
+            K.layers.Dense(N_HIDDEN, activation="relu"),
             K.layers.Dense(N_CLASSES),
         ]
     )
     model.compile(
-        optimizer=K.optimizers.SGD(0.05),
+        optimizer=K.optimizers.SGD(LEARNING_RATE),
         loss=K.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=list(metrics),
         steps_per_execution=steps_per_execution,
@@ -198,6 +200,60 @@ def run_tf1(hooks: Any, max_steps: int, before_step: Callable[[], None] | None =
 
 BATCH = 32
 _X, _Y = make_data()
+
+
+def run_tf1_mlp(
+    weights: Sequence[np.ndarray],
+    make_hooks: Callable[[dict[str, Any]], Any],
+    steps: int,
+    x: np.ndarray = _X,
+    y: np.ndarray = _Y,
+    before_step: Callable[[], None] | None = None,
+) -> None:
+    """Trains `make_model`'s MLP as a TF1 `model_fn` built it, under a real MonitoredSession.
+
+    The graph starts from `weights` (a Keras model's `get_weights()`), reads `x`, `y`
+    in unshuffled batches of `BATCH`, and names what TF1 hooks fetched: `"loss"` and
+    `"accuracy"`, each the batch's own value, as TF1 tensors held them.
+
+    Args:
+        weights: The initial kernels and biases of the two Dense layers.
+        make_hooks: Called in the graph with the model's tensors ("features",
+            "labels", "logits", "predictions", "loss", "accuracy"); returns the hooks.
+        steps: Train steps to run.
+        x, y: The data, repeated.
+        before_step: Called before each `session.run` (to advance a fake clock).
+    """
+    v1 = tf.compat.v1
+    with tf.Graph().as_default():
+        global_step = v1.train.get_or_create_global_step()
+        read = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
+        batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).repeat()
+        features, labels = v1.data.make_one_shot_iterator(batches).get_next()
+        def dense(inputs: Any, name: str, kernel: np.ndarray, bias: np.ndarray) -> Any:
+            # What tf.compat.v1.layers.dense built (gone with Keras 3): dense/kernel, dense/bias.
+            with v1.variable_scope(name):
+                k = v1.get_variable("kernel", initializer=kernel.astype("float32"), use_resource=False)
+                b = v1.get_variable("bias", initializer=bias.astype("float32"), use_resource=False)
+            return tf.nn.bias_add(tf.matmul(inputs, k), b)
+
+        hidden = tf.nn.relu(dense(features, "dense", weights[0], weights[1]))
+        logits = dense(hidden, "dense_1", weights[2], weights[3])
+        loss = tf.identity(v1.losses.sparse_softmax_cross_entropy(labels, logits), name="loss")
+        predictions = tf.argmax(logits, 1)
+        tf.reduce_mean(tf.cast(tf.equal(labels, predictions), tf.float32), name="accuracy")
+        with tf.control_dependencies([read]):  # hooks read the step from before its increment
+            train_op = v1.train.GradientDescentOptimizer(LEARNING_RATE).minimize(loss, global_step=global_step)
+        graph = v1.get_default_graph()
+        tensors = {"features": features, "labels": labels, "logits": logits, "predictions": predictions,
+                   "loss": loss, "accuracy": graph.get_tensor_by_name("accuracy:0")}
+        with v1.train.MonitoredSession(hooks=make_hooks(tensors)) as session:
+            for _ in range(steps):
+                if session.should_stop():
+                    break
+                if before_step is not None:
+                    before_step()
+                session.run(train_op)
 
 
 def Recorder(

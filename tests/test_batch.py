@@ -7,20 +7,35 @@ from, on that batch alone. Values must agree to float32 rounding.
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any
 
 import keras
 import numpy as np
 import pytest
+import real_hooks
 import tensorflow as tf
+from tensorflow.python.training import basic_session_run_hooks
 
-from hooks2callbacks import HookCallback
-from hooks2callbacks import BatchValueError
+from hooks2callbacks import BatchValueError, HookCallback, log_tensor
 from hooks2callbacks._batch import _cache
-from support import N_CLASSES, N_FEATURES, OnlyAfterRun, Recorder, make_data, make_model, needs_backend
+from support import (
+    N_CLASSES,
+    N_FEATURES,
+    FakeClock,
+    OnlyAfterRun,
+    Recorder,
+    Tick,
+    make_data,
+    make_model,
+    needs_backend,
+    run_tf1_mlp,
+)
 
 T = tf.compat.v1.train
 X, Y = make_data(100)  # batches of 32: 32, 32, 32 and a smaller last one of 4
+X_320, Y_320 = make_data()  # 10 batches of 32, as `run_tf1_mlp` reads them
 BATCH = 32
 WEIGHTS = np.random.default_rng(1).uniform(0.25, 2.0, size=len(X)).astype("float32")
 CLASS_WEIGHT = {0: 0.5, 1: 2.0, 2: 1.25}
@@ -260,3 +275,81 @@ def test_with_steps_per_execution_the_values_are_each_execution_last_batch(K):
     # Three batches an epoch: executions of steps (0, 1) and (2); each counts as its last step.
     last_steps = [1, 2, 4, 5]
     assert hook.results == [pytest.approx(reference.results[i], rel=1e-6) for i in last_steps]
+
+
+# -- against TF1: real hooks, unchanged, on the same model in a MonitoredSession ---------
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(basic_session_run_hooks, "time", fake)
+    return fake
+
+
+@pytest.fixture
+def tf_info():
+    """The INFO messages of the `tensorflow` logger (where TF1 hooks log), as they come."""
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno == logging.INFO:
+                lines.append(record.getMessage())
+
+    logger = tf.get_logger()
+    handler, level = Collect(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+@pytest.mark.parametrize("values", ["batch", "running_mean"])
+def test_opennmt_counters_hook_and_logging_hook_log_what_they_logged_under_tf1(K, clock, tf_info, values):
+    """OpenNMT-tf's `CountersHook` (unchanged, `tests/real_hooks.py`) on a counter that adds up
+    each batch's correct predictions, and `LoggingTensorHook` on the loss: the lines they log
+    under a real MonitoredSession training the same model, and through HookCallback."""
+    steps, every = 20, 5
+    model = make_model(K)
+    start = model.get_weights()
+
+    def tf1_hooks(tensors: dict[str, Any]) -> list[Any]:
+        correct = tf.reduce_sum(tf.cast(tf.equal(tensors["labels"], tensors["predictions"]), tf.int64))
+        real_hooks.add_counter("correct", correct)
+        return [real_hooks.CountersHook(every_n_steps=every), T.LoggingTensorHook(["loss"], every_n_iter=every)]
+
+    def keras_hooks() -> list[Any]:
+        # The same model_fn line, on the batch's accuracy: batches of 32, so 32 * accuracy correct.
+        real_hooks.add_counter("correct", tf.round(log_tensor("accuracy") * BATCH))
+        return [real_hooks.CountersHook(every_n_steps=every), T.LoggingTensorHook(["loss"], every_n_iter=every)]
+
+    run_tf1_mlp(start, tf1_hooks, steps, before_step=lambda: setattr(clock, "now", clock.now + 1.0))
+    tf1_lines = list(tf_info)
+    tf_info.clear()
+    model.fit(X_320, Y_320, batch_size=BATCH, epochs=2, verbose=0, shuffle=False,
+              callbacks=[Tick(K, clock, 1.0), HookCallback(keras_hooks, values=values)])
+    keras_lines = list(tf_info)
+
+    def parsed(lines: list[str], pattern: str) -> list[float]:
+        return [float(m.group(1)) for m in map(re.compile(pattern).match, lines) if m]
+
+    # CountersHook logs "<counter op name>: <rate>" (TF2 names the op of a resource
+    # variable's assign_add "AssignAddVariableOp", under TF1 and Keras alike).
+    rate, loss = r"^\w+: (-?[\d.]+(?:e[+-]?\d+)?)$", r"^loss = (\S+)"
+    tf1_rates, keras_rates = parsed(tf1_lines, rate), parsed(keras_lines, rate)
+    tf1_losses, keras_losses = parsed(tf1_lines, loss), parsed(keras_lines, loss)
+    # Triggers at steps 0, 5, 10, 15: CountersHook keeps its first count at the second, logs from the third.
+    assert len(tf1_rates) == 2 and len(tf1_losses) == 4
+    if values == "batch":
+        assert keras_rates == tf1_rates  # correct predictions per second, over each 5 steps
+        assert keras_losses == pytest.approx(tf1_losses, rel=1e-5)
+    else:
+        # Keras's running means: the counter adds up means, so the rates drift off, and the
+        # loss is a mean over the epoch so far (equal to the batch's only at an epoch's start).
+        assert keras_rates != tf1_rates
+        assert keras_losses[0] == pytest.approx(tf1_losses[0], rel=1e-5)
+        assert keras_losses[1:] != pytest.approx(tf1_losses[1:], rel=1e-3)
