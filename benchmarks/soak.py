@@ -62,6 +62,9 @@ costs a one-time ~8 MB of RSS):
   different number of `global_step/sec` values than StepCounterHook's schedule
   gives ((steps - 1) // 100); full stack also: of `loss` and `accuracy` values
   than SummarySaverHook's ((steps - 1) // 100 + 1);
+* full stack: a `loss` or `accuracy` summary differs (as float32) from the
+  value the hooks saw at its step, or every loss summary equals Keras's running
+  mean (hooks see each batch's own values);
 * full stack: more than 5 checkpoints at any sample or after `fit`; once 5 are
   kept, the checkpoint directory's file count ever exceeds its count at the
   first such sample; after `fit`, the newest checkpoint is not
@@ -87,6 +90,8 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _common  # noqa: E402
+import numpy as np  # noqa: E402
+import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from hooks2callbacks import HookCallback, log_tensor  # noqa: E402
@@ -116,19 +121,25 @@ def event_bytes(directory: str) -> int:
     )
 
 
-def tag_counts(directory: str) -> collections.Counter[str]:
-    """How many summary values of each tag the event files in `directory` hold."""
-    counts: collections.Counter[str] = collections.Counter()
+def tag_values(directory: str) -> dict[str, dict[int, float]]:
+    """The summary values of each tag in the event files of `directory`: tag -> {step: value}."""
+    values: dict[str, dict[int, float]] = collections.defaultdict(dict)
     for name in sorted(os.listdir(directory)):
         if name.startswith("events.out.tfevents."):
             for record in tf.data.TFRecordDataset(os.path.join(directory, name)):
-                for value in tf.compat.v1.Event.FromString(record.numpy()).summary.value:
-                    counts[value.tag] += 1
-    return counts
+                event = tf.compat.v1.Event.FromString(record.numpy())
+                for value in event.summary.value:
+                    values[value.tag][event.step] = value.simple_value
+    return values
 
 
 class ProbeHook(tf.compat.v1.train.SessionRunHook):
-    """Samples RSS, op count, fds, threads, checkpoint and event files every `every` steps."""
+    """Samples RSS, op count, fds, threads, checkpoint and event files every `every` steps.
+
+    It fetches nothing, so it gets the step's values as a mapping; at the steps
+    SummarySaverHook writes (the first, then every EVERY_N), it keeps the loss and
+    accuracy, under the global step their summaries are written at.
+    """
 
     def __init__(self, every: int, events_dir: str, checkpoint_dir: str | None) -> None:
         self.every = every
@@ -139,9 +150,13 @@ class ProbeHook(tf.compat.v1.train.SessionRunHook):
         self.steps = 0
         self.foreign_graph = False
         self.t0 = time.perf_counter()
+        self.summarized: dict[str, dict[int, float]] = {"loss": {}, "accuracy": {}}
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         self.steps += 1
+        if (self.steps - 1) % EVERY_N == 0:
+            for tag, seen in self.summarized.items():
+                seen[self.steps] = run_values.results[tag]
         if self.steps != 1 and self.steps % self.every:
             return
         graph = tf.compat.v1.get_default_graph()
@@ -235,13 +250,20 @@ def main(argv: list[str] | None = None) -> int:
         else:
             callback = HookCallback(basic_stack(probe))
         probe.callback = callback
+        # Keras's own logs (running means) at the summary steps, to tell them from the batch values.
+        means: dict[int, float] = {}
+        keep_means = keras.callbacks.LambdaCallback(
+            on_train_batch_end=lambda batch, logs: means.update({batch + 1: logs["loss"]}) if batch % EVERY_N == 0 else None
+        )
         t0 = time.perf_counter()
-        model.fit(dataset, epochs=1, steps_per_epoch=args.steps, verbose=0, shuffle=False, callbacks=[callback])
+        model.fit(dataset, epochs=1, steps_per_epoch=args.steps, verbose=0, shuffle=False,
+                  callbacks=[callback, keep_means])
         wall = time.perf_counter() - t0
         # fit has returned: every writer is flushed.
+        values = tag_values(events_dir)
         final: dict[str, Any] = {
             "event_bytes": event_bytes(events_dir),
-            "tags": dict(tag_counts(events_dir)),
+            "tags": {tag: len(v) for tag, v in values.items()},
             "threads": threading.active_count(),
             "fds": _common.count_fds(),
         }
@@ -289,6 +311,20 @@ def main(argv: list[str] | None = None) -> int:
     for tag, expected in expected_tags.items():
         if final["tags"].get(tag, 0) != expected:
             failures.append(f"event files hold {final['tags'].get(tag, 0)} {tag!r} values, expected {expected}")
+    mismatched = {}
+    if full:
+        # Each summary holds the batch's own value that the hooks saw at its step (float32).
+        for tag, seen in probe.summarized.items():
+            written = values.get(tag, {})
+            wrong = [s for s, v in seen.items() if s not in written or np.float32(v) != np.float32(written[s])]
+            if wrong:
+                mismatched[tag] = wrong[:5]
+                failures.append(f"{len(wrong)} {tag!r} summaries differ from the values the hooks saw, "
+                                f"first at steps {wrong[:5]}")
+        loss = probe.summarized["loss"]
+        if not any(np.float32(loss[s]) != np.float32(means[s]) for s in loss if s > 1 and s in means):
+            failures.append("every loss summary equals Keras's running mean: hooks did not get batch values")
+    final["summaries_checked"] = {tag: len(seen) for tag, seen in probe.summarized.items()} if full else {}
     ckpt_bound = None
     if full:
         most = max(max(s["ckpts"] for s in samples), final["ckpts"])
@@ -336,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"Event files in events/ after fit: {final['event_bytes']} bytes (baseline sample {base['event_bytes']}, "
         f"last sample {last['event_bytes']}); values per tag: {dict(sorted(final['tags'].items()))} "
-        f"(expected {expected_tags})."
+        f"(expected {expected_tags}); summaries equal to the batch values the hooks saw: "
+        f"{final['summaries_checked'] or '(basic stack: none written)'}."
     )
     if full:
         print(
