@@ -40,6 +40,7 @@ import weakref
 from typing import Any, Callable, Iterator, Mapping
 
 import keras
+import tensorflow as tf
 
 # Log keys that carry batch values out of the step; no Keras metric is named so.
 BATCH_PREFIX = "__hooks2callbacks_batch__/"
@@ -77,7 +78,7 @@ class _Recording(threading.local):
     def __init__(self) -> None:
         self.active = False
         self.inside = False  # in our own batch computation: metric calls pass through
-        self.states: dict[Any, Any] = {}  # metric -> its batch state (or batch value, tf_keras)
+        self.states: dict[Any, Any] = {}  # metric -> its batch state (None: updated twice, tf_keras)
         self.results: dict[int, Any] = {}  # id(tensor a metric's result() returned) -> metric
 
 
@@ -188,8 +189,6 @@ class _TfKeras(_Flavour):
         return [c for c in (getattr(model, "compiled_metrics", None), getattr(model, "compiled_loss", None)) if c]
 
     def record_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-
         if metric in _recording.states:
             # A second update in one step: its batch state would not start at zero.
             _recording.states[metric] = None
@@ -205,8 +204,6 @@ class _TfKeras(_Flavour):
         return tf.group([v.assign(s + b) for v, s, b in zip(variables, saved, batch)])
 
     def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-
         values = []
         for metric, state in zip(metrics, _sum_across_replicas(states)):
             variables = metric.variables
@@ -229,8 +226,6 @@ class _TfKeras(_Flavour):
 
 def _sum_across_replicas(states: list[Any]) -> list[Any]:
     """The global batch's state: each replica's batch state, summed (TF models only)."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-
     if not states or not isinstance(tf.nest.flatten(states)[0], tf.Tensor):
         return states  # JAX or PyTorch: no tf.distribute
 

@@ -4,6 +4,8 @@ The mapping, for a callback of mode "train" (Keras events on the left; "eval"
 uses the `on_test_*` events, "predict" the `on_predict_*` events):
 
   on_train_begin:
+    if values == "batch": model.train_function = the model's own step, which also
+            returns each batch's own values (built once per model, see _batch)
     graph = a new adapter graph (global step, log-key tensors, a saver of the
             Keras model in SAVERS), made default
     if hooks is a factory: hooks = hooks()  # may build ops over log tensors
@@ -15,25 +17,27 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
     call hooks.before_run(run_context)      # each returns None or SessionRunArgs
   (Keras runs the train step)
   on_train_batch_end(logs):
+    values = the batch's own values, or the logs (values="running_mean")
     if any hook fetched an op derived from the logs: one real Session.run,
-        with the log values fed to their tensors
+        with the values fed to their tensors
     call hooks.after_run(run_context, SessionRunValues(results, ...))
     if run_context.stop_requested: model.stop_training = True
     (multi-worker: the stop is agreed across workers first, see below)
   on_train_end:
     call hooks.end(session)
-    close session, flush summary writers
+    close session, flush summary writers, give the model its own train_function
 
 The hooks of a run are `hooks`, then, on the chief only, `chief_only_hooks`
 (as `MonitoredTrainingSession(hooks, chief_only_hooks)` lists them). Outside
 `tf.distribute` multi-worker training every process is the chief.
 
 What `results` holds, per hook:
-  * the structure of its fetches, leaf by leaf: a log key gives the float Keras
-    reported (an epoch-to-date mean, as Keras logs are), the global step gives
-    its *stale* value (from before this step's increment, as in TF1), a
+  * the structure of its fetches, leaf by leaf: a log key gives, as a float,
+    that batch's own loss or metric value, as a TF1 tensor held it (with
+    values="running_mean": the running mean Keras reported), the global step
+    gives its *stale* value (from before this step's increment, as in TF1), a
     derived tensor gives the value the graph run computed for it;
-  * when `before_run` returned None: a read-only mapping of the step's logs.
+  * when `before_run` returned None: a read-only mapping of the step's values.
 
 On stop: the step that requested it is the last the hooks see; Keras still
 finishes the epoch's bookkeeping (`on_epoch_end`, validation) and then `end()`
@@ -45,8 +49,8 @@ train batch end, so no worker is left waiting in an all-reduce.
 
 On error: an exception raised by a hook propagates unchanged, with a note that
 names the hook and method. As in TF1, `after_run` of the failing step and all
-`end()` calls are skipped; the session is closed and summary writers are
-flushed. When Keras itself raises, it calls no callback; the run left open is
+`end()` calls are skipped; the session is closed, summary writers are flushed
+and the model gets its own train function back. When Keras itself raises, it calls no callback; the run left open is
 closed (without `end()`) by `HookCallback.close()`, on leaving a `with
 HookCallback(...)` block, when the next run of any HookCallback begins in the
 thread, or at interpreter exit (see `hooks2callbacks._runs`).
