@@ -148,15 +148,25 @@ class _Keras3(_Flavour):
         return [c for c in (getattr(model, "_compile_metrics", None), getattr(model, "_compile_loss", None)) if c]
 
     def record_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        previous = _recording.states.get(metric)
+        first = metric not in _recording.states
+        if not derivable(metric):
+            _recording.states[metric] = None
+            return original(*args, **kwargs)
         _recording.inside = True
         try:
-            start = metric.stateless_reset_state() if previous is None else previous
+            start = metric.stateless_reset_state() if first else _recording.states[metric]
             # Calls `metric.update_state` (ours) inside a stateless scope: passes through.
-            _recording.states[metric] = metric.stateless_update_state(start, *args, **kwargs)
+            batch = _recording.states[metric] = metric.stateless_update_state(start, *args, **kwargs)
         finally:
             _recording.inside = False
-        return original(*args, **kwargs)
+        if not first:
+            return original(*args, **kwargs)
+        # Keras's own metrics reset to zeros and add each batch's contribution once
+        # per variable, so from zeros the state *is* that contribution, to the bit:
+        # adding it is the metric's own update, without computing it twice.
+        for variable, value in zip(metric.variables, batch):
+            variable.assign_add(value)
+        return None
 
     def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
         states = _sum_across_replicas(states)
@@ -424,7 +434,7 @@ def _redirect_tf_keras_test_runner(function: Any, replacement: Any) -> None:
 
 def _why_underivable(metric: Any, states: Mapping[Any, Any]) -> str | None:
     name = f"{type(metric).__name__}(name={getattr(metric, 'name', '?')!r})"
-    if not derivable(metric):
+    if not derivable(metric):  # checked first: no batch state is computed for these
         return (
             f"it is the result of the metric {name}, whose class defines its own update_state, "
             "so its state after one batch need not be that batch's alone"

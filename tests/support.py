@@ -288,7 +288,9 @@ def Recorder(
         part = slice(batch * batch_size, (batch + 1) * batch_size)
         w = None if sample_weight is None else sample_weight[part]
         values = ref.test_on_batch(x[part], y[part], sample_weight=w, return_dict=True)
-        return {key: float(value) for key, value in values.items()}
+        # As Keras's logs: a float where the value is a scalar (F1Score's is per class).
+        return {key: float(value) if np.size(value) == 1 and np.ndim(value) == 0 else np.asarray(value)
+                for key, value in values.items()}
 
     def train_begin(batch: int, logs: Any) -> None:
         if ref is not None:

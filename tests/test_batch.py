@@ -94,6 +94,31 @@ def test_each_batch_own_values_over_epochs_with_a_smaller_last_batch(K, weightin
     assert history.history["loss"] == [recorder.train_logs[i]["loss"] for i in (3, 7, 11)]
 
 
+def binary_model(K: Any) -> Any:
+    """A binary classifier with Keras's confusion-matrix metrics, whose state is counts."""
+    K.utils.set_random_seed(0)
+    model = K.Sequential([K.Input((N_FEATURES,)), K.layers.Dense(8, activation="relu"), K.layers.Dense(1, activation="sigmoid")])
+    model.compile(
+        optimizer=K.optimizers.SGD(0.05),
+        loss="binary_crossentropy",
+        metrics=[K.metrics.AUC(name="auc"), K.metrics.Precision(name="precision"), K.metrics.Recall(name="recall"),
+                 K.metrics.F1Score(threshold=0.5, name="f1")],
+    )
+    return model
+
+
+def test_confusion_matrix_metrics_give_the_metric_of_the_batch_alone(K):
+    labels = (X[:, 0] > 0).astype("float32").reshape(-1, 1)
+    keys = ("loss", "auc", "precision", "recall", "f1")
+    recorder = Recorder(K, X, labels, reference=binary_model)
+    hook = Seen(keys)
+    binary_model(K).fit(X, labels, batch_size=BATCH, epochs=2, verbose=0, shuffle=False,
+                        callbacks=[recorder, HookCallback(hook)])
+    for step, (seen, own) in enumerate(zip(hook.results, recorder.train_batch)):
+        assert seen == pytest.approx({key: np.ravel(own[key])[0] for key in keys}, rel=1e-5, abs=1e-6), f"step {step}"
+    assert hook.results[2]["auc"] != pytest.approx(recorder.train_logs[2]["auc"], rel=1e-3)
+
+
 def test_evaluate_and_validation_passes_give_each_batch_own_values(K):
     model = make_model(K)
     train = Seen(("loss", "accuracy"))
