@@ -19,7 +19,7 @@ import tensorflow as tf
 from tensorflow.python.training import basic_session_run_hooks
 
 from hooks2callbacks import BatchValueError, HookCallback, log_tensor
-from hooks2callbacks._batch import _cache
+from hooks2callbacks._batch import _cache, derivable
 from support import (
     N_CLASSES,
     N_FEATURES,
@@ -105,6 +105,31 @@ def binary_model(K: Any) -> Any:
                  K.metrics.F1Score(threshold=0.5, name="f1")],
     )
     return model
+
+
+# Constructor arguments of the Keras metrics that need some.
+REQUIRED = {
+    "IoU": dict(num_classes=3, target_class_ids=[0]), "MeanIoU": dict(num_classes=3),
+    "OneHotIoU": dict(num_classes=3, target_class_ids=[0]), "OneHotMeanIoU": dict(num_classes=3),
+    "MeanMetricWrapper": dict(fn=keras.losses.mean_squared_error), "PrecisionAtRecall": dict(recall=0.5),
+    "RecallAtPrecision": dict(precision=0.5), "SensitivityAtSpecificity": dict(specificity=0.5),
+    "SpecificityAtSensitivity": dict(sensitivity=0.5),
+}
+KERAS_METRICS = sorted(
+    name for name in dir(keras.metrics)
+    if isinstance(getattr(keras.metrics, name), type) and issubclass(getattr(keras.metrics, name), keras.metrics.Metric)
+    and name != "Metric"
+)
+
+
+@pytest.mark.parametrize("name", KERAS_METRICS)
+def test_every_keras_metric_is_derivable_and_resets_to_zeros(name):
+    # Keras 3's step adds the batch state computed from the reset state to the
+    # metric's own: exact only if that reset state is zeros, as it is for these.
+    metric = getattr(keras.metrics, name)(**REQUIRED.get(name, {}))
+    assert derivable(metric)
+    for value in metric.stateless_reset_state():
+        assert not np.any(keras.ops.convert_to_numpy(value))
 
 
 def test_confusion_matrix_metrics_give_the_metric_of_the_batch_alone(K):
