@@ -160,6 +160,10 @@ def as_hook_list(hooks: Any, where: str = "HookCallback(hooks=...)") -> list[Any
         ValueError: A hook instance appears twice.
     """
     if is_hook(hooks):
+        # One hook without a list is checked as a list's items are.
+        reason = refusal(hooks)
+        if reason is not None:
+            raise TypeError(f"{where} got {reason}")
         return [hooks]
     if isinstance(hooks, (str, bytes, type)) or not isinstance(hooks, Iterable):
         raise TypeError(

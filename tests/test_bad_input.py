@@ -135,6 +135,8 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"takes a hook, .*got <class .*NanTensorHook'> of type type"),
     ("feed-fn-hook", lambda: HookCallback([T.FeedFnHook(lambda: {})]), TypeError,
      r"item 0 is a FeedFnHook.*not from feeds.*tf\.data\.Dataset\.map"),
+    ("feed-fn-hook-alone", lambda: HookCallback(T.FeedFnHook(lambda: {})), TypeError,
+     r"HookCallback\(hooks=\.\.\.\) got a FeedFnHook.*not from feeds.*tf\.data\.Dataset\.map"),
     ("duplicate-hook", lambda: HookCallback([h := OnlyAfterRun(), h]), ValueError,
      r"item 1 \(OnlyAfterRun\) appears twice in the list\. .*pass it once"),
     ("hook-in-hooks-and-chief-only", lambda: HookCallback(h := OnlyAfterRun(), chief_only_hooks=[h]), ValueError,
