@@ -57,13 +57,15 @@ as its last: the stale global step is the new step minus one.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import keras
 import tensorflow as tf
+from tensorflow.python.eager import context
 
 from hooks2callbacks._dispatch import HookRunner, Hooks, as_hook_list, is_factory
-from hooks2callbacks._distribute import StopAgreement, is_chief, is_multi_worker, strategy_of
+from hooks2callbacks._distribute import StopAgreement, is_chief, is_default, is_multi_worker, strategy_of
+from hooks2callbacks._graph import OP_NAME, log_key_of
 
 MODES = ("train", "eval", "predict")
 _STOP_ATTRIBUTE = {"train": "stop_training", "eval": "stop_evaluating", "predict": "stop_predicting"}
@@ -73,6 +75,73 @@ _KERAS_CALL = {"train": "fit()", "eval": "evaluate() or fit(validation_data=...)
 def _hooks_argument(hooks: Any, argument: str) -> Hooks:
     """Validates a hooks argument: a factory is kept, hooks become a tuple."""
     return hooks if is_factory(hooks) else tuple(as_hook_list(hooks, f"HookCallback({argument}=...)"))
+
+
+def _names_argument(names: Any) -> dict[str, Any]:
+    """Validates the names map; returns it keyed by op name (`'cross_entropy:0'` -> `'cross_entropy'`)."""
+    if names is None:
+        return {}
+    if not isinstance(names, Mapping):
+        raise TypeError(
+            f"HookCallback(names=...) takes a dict from TF1 names to Keras log keys or variables, "
+            f"such as {{'cross_entropy': 'loss'}}, got {names!r} of type {type(names).__name__}."
+        )
+    checked: dict[str, Any] = {}
+    for key, value in names.items():
+        name = log_key_of(key) if isinstance(key, str) else None
+        if name is None or not OP_NAME.match(name):
+            raise ValueError(
+                f"HookCallback(names=...): the key {key!r} is not a TF1 tensor name. Use names such "
+                "as 'cross_entropy' or 'cross_entropy:0'."
+            )
+        if name in checked:
+            raise ValueError(f"HookCallback(names=...): {key!r} names {name!r} a second time; give it once.")
+        if isinstance(value, str):
+            if not OP_NAME.match(log_key_of(value)) or ":" in value and not value.endswith(":0"):
+                raise ValueError(
+                    f"HookCallback(names=...): {key!r} maps to {value!r}, which is no log key or "
+                    "tensor name. Map it to a log key such as 'loss', or to a name such as "
+                    "'learning_rate' or 'dense/kernel:0'."
+                )
+        elif not isinstance(value, (tf.Variable, keras.Variable)):
+            hint = (
+                " A learning rate that a schedule computes is a tensor, not a variable: map the name "
+                "to 'learning_rate' instead."
+                if hasattr(value, "numpy") or isinstance(value, tf.Tensor) else ""
+            )
+            raise TypeError(
+                f"HookCallback(names=...): {key!r} maps to {value!r} of type {type(value).__name__}. "
+                "A TF1 name maps to a Keras log key or another name (a str, such as 'loss' or "
+                "'learning_rate'), or to a variable (keras.Variable or tf.Variable, such as "
+                f"model.optimizer.learning_rate).{hint}"
+            )
+        checked[name] = value
+    for name in checked:
+        seen, target = {name}, checked[name]
+        while isinstance(target, str) and log_key_of(target) in checked:
+            target_name = log_key_of(target)
+            if target_name in seen:
+                raise ValueError(
+                    f"HookCallback(names=...): the names {sorted(seen)} map to each other in a "
+                    "circle; map one of them to a log key or a variable."
+                )
+            seen.add(target_name)
+            target = checked[target_name]
+    return checked
+
+
+def _build_optimizer(model: Any, strategy: tf.distribute.Strategy) -> None:
+    """Creates the optimizer's slot variables now, if Keras would only at the first step (tf_keras).
+
+    Hooks see them in `begin()`, as TF1 hooks saw the slots the graph held.
+    """
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None or getattr(optimizer, "built", getattr(optimizer, "_built", True)):
+        return
+    if not callable(getattr(optimizer, "build", None)):
+        return
+    with context.eager_mode(), strategy.scope():
+        optimizer.build(model.trainable_variables)
 
 
 def _initial_step(model: Any) -> int:
@@ -121,13 +190,22 @@ class HookCallback(keras.callbacks.Callback):
             model's `tf.distribute` strategy (only a non-chief worker of
             `MultiWorkerMirroredStrategy` is not the chief). Set it when the
             workers are organised outside `tf.distribute` (JAX, PyTorch).
+        names: TF1 names that Keras calls differently, for hooks that use them
+            by name: a dict from a TF1 name (`"cross_entropy"` or
+            `"cross_entropy:0"`) to a Keras log key or another name (`"loss"`,
+            `"learning_rate"`, `"dense/kernel"`), or to a Keras variable
+            (`model.optimizer.learning_rate`). A hook that fetches the TF1
+            name, looks it up with `graph.get_tensor_by_name`, or builds ops on
+            it then gets the log value or the variable. Defaults to none.
 
     Raises:
         TypeError: `hooks` or `chief_only_hooks` is not a hook, a sequence of
             hooks or a function, or holds a hook class or a hook that cannot run
             under Keras (`FeedFnHook`, `ProfilerHook`, a `CheckpointSaverHook`
-            with its own saver); `is_chief` is not a bool or None.
-        ValueError: `mode` is not one of the modes, or a hook appears twice.
+            with its own saver); `is_chief` is not a bool or None; `names` is
+            not a dict, or maps a name to something other than a str or a variable.
+        ValueError: `mode` is not one of the modes, a hook appears twice, or a
+            name of `names` is not a tensor name (or the names map in a circle).
     """
 
     # tf_keras's CallbackList reads these; Keras 3 ignores them. No tensors in
@@ -142,6 +220,7 @@ class HookCallback(keras.callbacks.Callback):
         mode: str = "train",
         chief_only_hooks: Any | Callable[[], Any] = (),
         is_chief: bool | None = None,
+        names: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(mode, str) or mode not in MODES:
@@ -162,6 +241,7 @@ class HookCallback(keras.callbacks.Callback):
                     "also in hooks, so the chief would call it twice per event. List it in one "
                     "of the two."
                 )
+        self.names = _names_argument(names)
         self.mode = mode
         self.is_chief = is_chief
         self._runner: HookRunner | None = None
@@ -214,8 +294,11 @@ class HookCallback(keras.callbacks.Callback):
         else:
             self._agreement = None
         self._stopped = False
+        if mode == "train":
+            _build_optimizer(model, strategy)
         self._runner = HookRunner(
-            hooks, model, _initial_step(model), advances=mode == "train", name=repr(self)
+            hooks, model, _initial_step(model), advances=mode == "train", name=repr(self),
+            names=self.names, strategy=None if is_default(strategy) else strategy,
         )
         self._runner.begin()
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hooks2callbacks import HookCallback, UnknownLogKeyError
+from hooks2callbacks import HookCallback, UnknownLogKeyError, log_tensor
 from support import OnlyAfterRun, RecordingHook, make_data, make_model
 
 T = tf.compat.v1.train
@@ -169,9 +169,17 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"tf\.compat\.v1\.train\.SessionRunArgs\(fetches\)"),
     ("before-run-returns-a-dict", lambda: fit(Returns({"fetches": "loss"})), TypeError,
      r"Returns\.before_run\(\) returned \{'fetches': 'loss'\} of type dict"),
-    ("feed-dict", lambda: fit(Returns(T.SessionRunArgs("loss", feed_dict={"x:0": 1}))), ValueError,
-     r"Returns\.before_run\(\) returned SessionRunArgs with feed_dict=\{'x:0': 1\}\. Keras has no feeds.*"
-     r"tf\.data map, or a keras\.utils\.PyDataset"),
+    ("feed-dict-of-a-model-input", lambda: fit(Returns(T.SessionRunArgs("loss", feed_dict={"x:0": 1}))), ValueError,
+     r"Returns\.before_run\(\) feeds 'x:0', which names no tensor of the adapter graph\. Feed only placeholders "
+     r"the hook built in begin\(\).*Keras takes its inputs from the data given to fit\(\)/evaluate\(\).*"
+     r"tf\.data map or a keras\.utils\.PyDataset"),
+    ("feed-dict-of-a-log-tensor", lambda: fit(Returns(lambda: T.SessionRunArgs("loss", feed_dict={log_tensor("loss"): 1.0}))),
+     ValueError, r"Returns\.before_run\(\) feeds <tf\.Tensor 'keras_logs/loss:0'.*>, the tensor of the Keras log key "
+     r"'loss'\. Its value is what Keras logged for the step, and a feed would replace it\. Feed only placeholders the "
+     r"hook built itself in begin\(\)"),
+    ("feed-dict-of-the-global-step", lambda: fit(Returns(T.SessionRunArgs("loss", feed_dict={"global_step:0": 7}))),
+     ValueError, r"Returns\.before_run\(\) feeds 'global_step:0', the global step\. Its value is the Keras "
+     r"optimizer's step count \(model\.optimizer\.iterations\), and a feed would replace it"),
     ("full-trace", lambda: fit(Returns(T.SessionRunArgs("loss", options=FULL_TRACE))), ValueError,
      r"Returns\.before_run\(\) requested RunOptions with trace_level=FULL_TRACE.*"
      r"keras\.callbacks\.TensorBoard\(profile_batch=\.\.\.\)"),
