@@ -207,7 +207,7 @@ class ModelMirror:
             named.insert(0, (LEARNING_RATE, rate))
             for backing in _backing(rate.source) + _rate_backing(optimizer):
                 self._by_source.setdefault(id(backing), rate)
-            if self._train or getattr(optimizer, "built", getattr(optimizer, "_built", False)):
+            if self._train or getattr(optimizer, "built", None) or getattr(optimizer, "_built", False):
                 for variable in _optimizer_variables(optimizer):
                     if id(variable) not in self._by_source and id(variable) not in self._step_sources:
                         add(variable, (_KEYS.GLOBAL_VARIABLES,), False, tf1_name(variable, prefix))

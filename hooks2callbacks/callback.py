@@ -136,11 +136,14 @@ def _build_optimizer(model: Any, strategy: tf.distribute.Strategy) -> None:
     Hooks see them in `begin()`, as TF1 hooks saw the slots the graph held.
     """
     optimizer = getattr(model, "optimizer", None)
-    if optimizer is None or getattr(optimizer, "built", getattr(optimizer, "_built", True)):
+    # Keras 3: `built`; tf_keras: `_built`, set only once built.
+    built = getattr(optimizer, "built", None)
+    if built is None:
+        built = getattr(optimizer, "_built", False)
+    if optimizer is None or built or not callable(getattr(optimizer, "build", None)):
         return
-    if not callable(getattr(optimizer, "build", None)):
-        return
-    with context.eager_mode(), strategy.scope():
+    # In the optimizer's name scope, as when Keras builds it in its first step.
+    with context.eager_mode(), strategy.scope(), tf.name_scope(getattr(optimizer, "name", None) or "optimizer"):
         optimizer.build(model.trainable_variables)
 
 
