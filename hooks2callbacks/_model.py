@@ -61,6 +61,9 @@ def read_variable(variable: Any, model: Any = None) -> Any:
         sync()
     # tf.init_scope does not leave a graph entered with as_default().
     with context.eager_mode():
+        if isinstance(variable, tf.Variable):
+            # (np.array() of a scalar mirrored variable fails: its __array__ gives a numpy scalar.)
+            return np.asarray(variable.numpy())
         return keras.ops.convert_to_numpy(variable)
 
 

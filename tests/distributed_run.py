@@ -60,6 +60,8 @@ def train_mirrored(K, strategy) -> dict:
     final = tf.compat.v1.train.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
     evaluated = model.evaluate(x, y, batch_size=32, verbose=0, return_dict=True, callbacks=[HookCallback(final, mode="eval")])
     return {
+        **written_to_every_replica(K, strategy, x, y),
+        **multi_worker_early_stopping(K, strategy, x, y),
         "replicas": strategy.num_replicas_in_sync,
         "steps": [c[2] for c in calls if c[1] == "after_run"],
         "hook_loss": hook.results,
@@ -70,6 +72,62 @@ def train_mirrored(K, strategy) -> dict:
         "final_ops": {k: float(v) for k, v in final.final_ops_values.items()},
         "evaluated": {k: float(evaluated[k]) for k in ("loss", "accuracy")},
     }
+
+
+class WriteAtCreation(tf.compat.v1.train.SessionRunHook):
+    """Sets the last bias to [1, 2, 3] and the learning rate to 0 at session creation, through assign ops."""
+
+    def begin(self):
+        graph = tf.compat.v1.get_default_graph()
+        bias = [v for v in tf.compat.v1.trainable_variables() if v.op.name.endswith("bias")][-1]
+        self.write = tf.group(
+            tf.compat.v1.assign(bias, [1.0, 2.0, 3.0]),
+            tf.compat.v1.assign(graph.get_tensor_by_name("learning_rate:0"), 0.0),
+        )
+        self.in_cross_replica_context = tf.distribute.in_cross_replica_context()
+
+    def after_create_session(self, session, coord):
+        session.run(self.write)
+
+
+def replicas(variable) -> list:
+    """The values of each replica of a (Keras 3 or tf_keras) mirrored variable."""
+    variable = getattr(variable, "value", variable) if not isinstance(variable, tf.Variable) else variable
+    return [v.numpy().tolist() for v in variable.values]
+
+
+def written_to_every_replica(K, strategy, x, y) -> dict:
+    from hooks2callbacks import HookCallback
+    from support import make_model
+
+    with strategy.scope():
+        model = make_model(K)
+    hook = WriteAtCreation()
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[HookCallback(hook)])
+    return {
+        "begin_in_cross_replica_context": hook.in_cross_replica_context,
+        "replica_biases": replicas(model.weights[-1]),
+        "replica_rates": replicas(model.optimizer.learning_rate),
+    }
+
+
+def multi_worker_early_stopping(K, strategy, x, y) -> dict:
+    """tensorflow/estimator's early-stopping hook, which Estimator used under any train_distribute strategy."""
+    from hooks2callbacks import HookCallback
+    from real_hooks import _MultiWorkerEarlyStoppingHook
+    from support import iterations, make_model
+
+    with strategy.scope():
+        model = make_model(K)
+    checks = []
+
+    def should_stop():  # called every 3 steps; asks to stop at its second call
+        checks.append(len(checks) + 1)
+        return len(checks) == 2
+
+    hook = _MultiWorkerEarlyStoppingHook(should_stop, run_every_steps=3)
+    model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[HookCallback(hook)])
+    return {"early_stop_checks": checks, "early_stop_iterations": iterations(model)}
 
 
 class StopOnTask(tf.compat.v1.train.SessionRunHook):

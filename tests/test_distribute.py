@@ -82,6 +82,19 @@ def test_mirrored_strategy_hooks_see_all_reduced_logs_and_each_step_once(mirrore
     assert run["final_ops"] == pytest.approx(run["evaluated"], rel=1e-6)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
+def test_mirrored_strategy_writes_reach_every_replica_and_hooks_begin_in_cross_replica_context(mirrored, flavour):
+    run = mirrored[flavour]
+    # Bias [1, 2, 3] and rate 0 assigned at session creation: every replica has them at the end.
+    assert run["begin_in_cross_replica_context"] is True
+    assert run["replica_biases"] == [[1.0, 2.0, 3.0]] * 2 and run["replica_rates"] == [0.0, 0.0]
+    # tensorflow/estimator's _MultiWorkerEarlyStoppingHook (its begin() asserts a cross-replica
+    # context, and its stop op is a per-replica assign_add fed through a placeholder) checks at
+    # steps 0 and 3, asks to stop at 3, and the stop variable ends training after step 4.
+    assert run["early_stop_checks"] == [1, 2] and run["early_stop_iterations"] == 5
+
+
 def free_ports(n: int) -> list[int]:
     sockets = [socket.socket() for _ in range(n)]
     try:
