@@ -424,22 +424,33 @@ def _rate_backing(optimizer: Any) -> list[Any]:
 
 
 @contextlib.contextmanager
+def outside_strategy(graph: tf.Graph) -> Iterator[None]:
+    """Leaves, for the block, the tf.distribute strategy entered on `graph` (for the hooks' `begin`/`end`).
+
+    The adapter's own objects (the mirror's variables, the Keras saver's
+    checkpoint counter) must not become the strategy's variables: a chief-only
+    save would then broadcast alone under MultiWorkerMirroredStrategy.
+    """
+    # pylint: disable=protected-access
+    strategies, creators = graph._distribution_strategy_stack, graph._variable_creator_stack
+    graph._distribution_strategy_stack, graph._variable_creator_stack = [], []
+    try:
+        yield
+    finally:
+        graph._distribution_strategy_stack, graph._variable_creator_stack = strategies, creators
+
+
+@contextlib.contextmanager
 def _bare(graph: tf.Graph) -> Iterator[None]:
     """No name, variable or device scope, control dependency or tf.distribute strategy.
 
     The mirror is built on first need, which may be inside a hook's scopes (or
     inside the model's strategy, in `begin()`); its variables must not depend on them.
     """
-    # pylint: disable=protected-access
-    strategies, creators = graph._distribution_strategy_stack, graph._variable_creator_stack
-    graph._distribution_strategy_stack, graph._variable_creator_stack = [], []
-    try:
-        with graph.name_scope(None), graph.control_dependencies(None), graph.device(None), \
-                graph.colocate_with(None, ignore_existing=True), \
-                tf.compat.v1.variable_scope(tf.compat.v1.VariableScope(False), auxiliary_name_scope=False):
-            yield
-    finally:
-        graph._distribution_strategy_stack, graph._variable_creator_stack = strategies, creators
+    with outside_strategy(graph), graph.name_scope(None), graph.control_dependencies(None), graph.device(None), \
+            graph.colocate_with(None, ignore_existing=True), \
+            tf.compat.v1.variable_scope(tf.compat.v1.VariableScope(False), auxiliary_name_scope=False):
+        yield
 
 
 # -- Keras variables used in ops of the adapter graph -------------------------------

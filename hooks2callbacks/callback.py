@@ -298,7 +298,7 @@ class HookCallback(keras.callbacks.Callback):
             self._agreement = None
         self._stopped = False
         if mode == "train":
-            _build_optimizer(model, strategy)
+            _build_optimizer(model, strategy)  # on every worker alike: its variables are collective
         self._runner = HookRunner(
             hooks, model, _initial_step(model), advances=mode == "train", name=repr(self),
             names=self.names, strategy=None if is_default(strategy) else strategy,
