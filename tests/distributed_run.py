@@ -75,19 +75,22 @@ def train_mirrored(K, strategy) -> dict:
 
 
 class WriteAtCreation(tf.compat.v1.train.SessionRunHook):
-    """Sets the last bias to [1, 2, 3] and the learning rate to 0 at session creation, through assign ops."""
+    """Sets the learning rate to 0 at session creation, and the last bias to [1, 2, 3] in the first step's fetches."""
 
     def begin(self):
         graph = tf.compat.v1.get_default_graph()
         bias = [v for v in tf.compat.v1.trainable_variables() if v.op.name.endswith("bias")][-1]
-        self.write = tf.group(
-            tf.compat.v1.assign(bias, [1.0, 2.0, 3.0]),
-            tf.compat.v1.assign(graph.get_tensor_by_name("learning_rate:0"), 0.0),
-        )
+        self.bias = tf.compat.v1.assign(bias, [1.0, 2.0, 3.0])
+        self.rate = tf.compat.v1.assign(graph.get_tensor_by_name("learning_rate:0"), 0.0)
         self.in_cross_replica_context = tf.distribute.in_cross_replica_context()
+        self.first = True
 
     def after_create_session(self, session, coord):
-        session.run(self.write)
+        session.run(self.rate)
+
+    def before_run(self, run_context):
+        first, self.first = self.first, False
+        return tf.compat.v1.train.SessionRunArgs(self.bias) if first else None
 
 
 def replicas(variable) -> list:

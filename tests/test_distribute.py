@@ -86,7 +86,7 @@ def test_mirrored_strategy_hooks_see_all_reduced_logs_and_each_step_once(mirrore
 @pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
 def test_mirrored_strategy_writes_reach_every_replica_and_hooks_begin_in_cross_replica_context(mirrored, flavour):
     run = mirrored[flavour]
-    # Bias [1, 2, 3] and rate 0 assigned at session creation: every replica has them at the end.
+    # Rate 0 assigned at session creation, bias [1, 2, 3] in the first step: every replica has them at the end.
     assert run["begin_in_cross_replica_context"] is True
     assert run["replica_biases"] == [[1.0, 2.0, 3.0]] * 2 and run["replica_rates"] == [0.0, 0.0]
     # tensorflow/estimator's _MultiWorkerEarlyStoppingHook (its begin() asserts a cross-replica
