@@ -318,9 +318,13 @@ class HookRunner:
                 self._step_scope = None
             for hook in self.hooks:
                 self._call(hook, "begin")
+            # As TF1 did, before after_create_session: restore what init_from_checkpoint
+            # set up, and spare the first step the session's creation. Only a
+            # graph with ops of the hooks' own needs one at all.
+            needs_session = self.graph.built_by_hooks()
             self.graph.seal()
-            if self.graph.restores():
-                self.caller = "tf.compat.v1.train.init_from_checkpoint (at session creation)"
+            if needs_session or self.graph.restores():
+                self.caller = "HookCallback (session creation, restoring init_from_checkpoint's variables)"
                 self.session.open()
             for hook in self.hooks:
                 self._call(hook, "after_create_session", self.session, self.coord)
@@ -478,18 +482,23 @@ class HookRunner:
         """One real graph run for every hook's derived fetches, as TF1's merged run."""
         derived: dict[Any, None] = {}
         fed: set[str] = set()
+        reads: dict[Any, None] = {}
         loads: dict[Any, None] = {}
         stores: dict[Any, None] = {}
-        writes_step = False
+        uses_step = writes_step = False
         for bound in self._bound:
             plan = bound.plan
             if plan is not None and plan.derived:
                 derived.update(dict.fromkeys(plan.derived))
                 fed.update(plan.fed_keys)
+                reads.update(dict.fromkeys(plan.reads))
                 loads.update(dict.fromkeys(plan.loads))
                 stores.update(dict.fromkeys(plan.stores))
+                uses_step = uses_step or plan.uses_step
                 writes_step = writes_step or plan.writes_step
-        merged = Plan(None, _no_resolve, tuple(derived), tuple(sorted(fed)), tuple(loads), tuple(stores), writes_step)
+        # A variable another hook writes in the same run is loaded, not fed.
+        merged = Plan(None, _no_resolve, tuple(derived), tuple(sorted(fed)),
+                      tuple(e for e in reads if e not in loads), tuple(loads), tuple(stores), uses_step, writes_step)
         self.caller = "HookCallback (the step's graph run)"
         return self.session.run_graph(merged, logs, stale, self.caller, self._feeds)
 

@@ -57,8 +57,10 @@ class Plan:
         resolve: Builds the results from the logs, the step and the graph run's values.
         derived: Graph elements that need a real `Session.run`.
         fed_keys: Log keys whose placeholders the derived elements depend on.
-        loads: Model variables (mirror entries) the derived elements read or write.
+        reads: Model variables (mirror entries) they only read, fed their Keras values.
+        loads: Model variables they write or otherwise use, loaded from Keras first.
         stores: The model variables they write, whose values go back into Keras.
+        uses_step: Whether they read or write the global step (so it must be set first).
         writes_step: Whether they write the global step.
     """
 
@@ -66,8 +68,10 @@ class Plan:
     resolve: Resolver
     derived: tuple[Any, ...]
     fed_keys: tuple[str, ...] = ()
+    reads: tuple[Entry, ...] = ()
     loads: tuple[Entry, ...] = ()
     stores: tuple[Entry, ...] = ()
+    uses_step: bool = False
     writes_step: bool = False
 
 
@@ -217,9 +221,10 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
         return Plan(fetches, resolve, unique)
     ops_run = _subgraph(unique)
     fed = {graph.placeholder_keys[t] for op in ops_run for t in op.outputs if t in graph.placeholder_keys}
-    loads, stores = mirror.uses(ops_run, where) if mirror is not None else ((), ())
-    writes_step = any(writes_ref(op) is graph.global_step.op for op in ops_run)
-    return Plan(fetches, resolve, unique, tuple(sorted(fed)), loads, stores, writes_step)
+    reads, loads, stores = mirror.uses(ops_run, where) if mirror is not None else ((), (), ())
+    uses_step = graph.global_step.op in ops_run
+    writes_step = uses_step and any(writes_ref(op) is graph.global_step.op for op in ops_run)
+    return Plan(fetches, resolve, unique, tuple(sorted(fed)), reads, loads, stores, uses_step, writes_step)
 
 
 _MAX_DEPTH = 100

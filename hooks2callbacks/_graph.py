@@ -178,6 +178,7 @@ class AdapterGraph(tf.Graph):
         )
         self.init_op: tf.Operation | None = None
         self.scope = DefaultGraphScope(self)
+        self._own_ops = len(self.get_operations())
 
     # -- what the session needs --------------------------------------------
 
@@ -215,6 +216,10 @@ class AdapterGraph(tf.Graph):
     def restores(self) -> bool:
         """Whether the session must be made at once, to restore what `init_from_checkpoint` set up."""
         return self.step_restored() or bool(self.mirror is not None and self.mirror.restored())
+
+    def built_by_hooks(self) -> bool:
+        """Whether hooks (or the model's variables they asked for) added ops, which a session will run."""
+        return any(op not in self.placeholder_keys for op in self.get_operations()[self._own_ops:])
 
     def is_step(self, element: Any) -> bool:
         """Whether `element` (a tensor or variable of this graph) is the global step."""

@@ -18,11 +18,13 @@ need: a run whose hooks never look at them pays nothing for them.
   the trainable ones in `TRAINABLE_VARIABLES` too; the optimizer's variables
   (a learning rate that is a variable, the slots) in `GLOBAL_VARIABLES`; all in
   the variable store, where `init_from_checkpoint` looks names up.
-* **Values**: a mirror variable keeps no state of its own. Before a graph run
-  that reads or writes mirror variables, the session loads their current Keras
-  values; after a run that wrote some, it assigns their new values to the Keras
-  variables (`AdapterSession.run_graph`, the one place that syncs). A fetch of
-  a mirror variable itself just reads the Keras variable.
+* **Values**: a mirror variable keeps no state of its own. A graph run that
+  only reads a mirror variable through its value tensor is fed the current
+  Keras value there; one that writes it (or reads its ref) first loads the
+  Keras value into the variable, and after the run the new values of the
+  written variables are assigned to the Keras variables
+  (`AdapterSession.run_graph`, the one place that syncs). A fetch of a mirror
+  variable itself just reads the Keras variable.
 * **init_from_checkpoint** replaces a variable's initializer, as in TF1; the
   session runs those initializers when it is made, right after every `begin()`
   (as a TF1 `Scaffold` did), and assigns the restored values to Keras.
@@ -275,6 +277,11 @@ class ModelMirror:
 
     # -- values ------------------------------------------------------------------------
 
+    @staticmethod
+    def feeds(entries: tuple[Entry, ...]) -> dict[tf.Tensor, Any]:
+        """The current Keras values of `entries`, to feed their TF1 variables' value tensors."""
+        return {e.variable.value(): e.read() for e in entries}
+
     def load(self, session: tf.compat.v1.Session, entries: tuple[Entry, ...]) -> None:
         """Sets the TF1 variables of `entries` to the current Keras values, in one run."""
         feeds = {e.feed: e.read() for e in entries}
@@ -295,14 +302,22 @@ class ModelMirror:
 
     # -- what a graph run touches ----------------------------------------------------
 
-    def uses(self, ops_seen: set[tf.Operation], where: str) -> tuple[tuple[Entry, ...], tuple[Entry, ...]]:
-        """Which entries the ops read or write, and which they write.
+    def uses(
+        self, ops_seen: set[tf.Operation], where: str
+    ) -> tuple[tuple[Entry, ...], tuple[Entry, ...], tuple[Entry, ...]]:
+        """What a run of `ops_seen` needs of the Keras values.
+
+        Returns:
+            `(fed, loads, stores)`: the entries only read through their value
+            tensor, which the run can be fed; those read otherwise or written,
+            which must be loaded into the TF1 variable first; those written,
+            whose new values go back into Keras.
 
         Raises:
             ValueError: An op writes a learning rate that a schedule computes.
         """
         if not self.by_op:
-            return (), ()
+            return (), (), ()
         touched: dict[Entry, None] = {}
         written: dict[Entry, None] = {}
         for op in ops_seen:
@@ -318,8 +333,12 @@ class ModelMirror:
                         f"{entry.read_only}"
                     )
                 written[entry] = None
-        return tuple(touched), tuple(written)
-
+        fed, loads = [], []
+        for entry in touched:
+            snapshot = entry.variable.value().op
+            others = [op for op in entry.variable._ref().consumers() if op in ops_seen and op is not snapshot]  # pylint: disable=protected-access
+            (loads if others or entry in written else fed).append(entry)
+        return tuple(fed), tuple(loads), tuple(written)
 
 def writes_ref(op: tf.Operation) -> tf.Operation | None:
     """The variable op whose ref `op` takes as its first input to change it, or None."""

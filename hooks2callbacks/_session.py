@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.eager import context
 
 from hooks2callbacks._fetch import Plan, check_feeds, compile_fetches, log_value
 from hooks2callbacks._model import write_variable
@@ -29,6 +30,20 @@ if TYPE_CHECKING:
 
 # What a step without derived fetches ran: nothing (shared, never written to).
 NOTHING_RAN: Mapping[Any, Any] = {}
+
+
+def _session_config() -> tf.compat.v1.ConfigProto:
+    """The real session's config: the context's (its devices), without graph rewriting.
+
+    The adapter graph's runs are tiny; Grappler's rewriting of each new set of
+    fetches and feeds costs milliseconds at its first run, which is every run's
+    first step of a hook that fetches an op of its own.
+    """
+    config = tf.compat.v1.ConfigProto()
+    config.CopyFrom(context.context().config)
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    return config
+
 
 
 class AdapterSession:
@@ -87,12 +102,12 @@ class AdapterSession:
         options: tf.compat.v1.RunOptions | None = None,
         run_metadata: tf.compat.v1.RunMetadata | None = None,
     ) -> Mapping[Any, Any]:
-        """Runs a plan's derived elements for real, with the global step set to `step`.
+        """Runs a plan's derived elements for real, with the global step set to `step` if they use it.
 
         Args:
-            plan: What to run (`derived`), which log keys to feed (`fed_keys`)
-                and which model variables to load before and store after
-                (`loads`, `stores`, `writes_step`).
+            plan: What to run (`derived`), which log keys and model variables
+                to feed (`fed_keys`, `reads`), and which model variables to
+                load before and store after (`loads`, `stores`, `writes_step`).
             logs: The step's logs, fed to the log-key tensors.
             step: The global step to set first.
             where: Who runs it, for messages.
@@ -105,12 +120,14 @@ class AdapterSession:
             return NOTHING_RAN
         session = self._real_session()
         graph = self._runner.graph
-        if self._synced_step != step:
+        if plan.uses_step and self._synced_step != step:
             session.run(graph.step_assign, graph.step_feed(step))
             self._synced_step = step
         if plan.loads:
             graph.mirror.load(session, plan.loads)
         feeds = {graph.log_tensors[k]: log_value(logs, k, where) for k in plan.fed_keys}
+        if plan.reads:
+            feeds.update(graph.mirror.feeds(plan.reads))
         if feed_dict:
             feeds.update(feed_dict)
         values = session.run(list(plan.derived), feeds, options, run_metadata)
@@ -122,8 +139,13 @@ class AdapterSession:
 
     def open(self) -> None:
         """Makes the real session now (TF1 made it after `begin()`); it restores what
-        `init_from_checkpoint` set up, into Keras."""
-        self._real_session()
+        `init_from_checkpoint` set up, into Keras, and sets the global step (whose
+        first run would otherwise be paid in the first step)."""
+        session = self._real_session()
+        runner = self._runner
+        if self._synced_step != runner.step:
+            session.run(runner.graph.step_assign, runner.graph.step_feed(runner.step))
+            self._synced_step = runner.step
 
     def _store_step(self, session: tf.compat.v1.Session) -> None:
         """After a hook wrote (or init_from_checkpoint restored) the global step: Keras continues from it."""
@@ -138,7 +160,7 @@ class AdapterSession:
     def _real_session(self) -> tf.compat.v1.Session:
         if self._session is None:
             graph = self._runner.graph
-            self._session = tf.compat.v1.Session(graph=graph)
+            self._session = tf.compat.v1.Session(graph=graph, config=_session_config())
             if graph.init_op is not None:
                 self._session.run(graph.init_op)
             # What init_from_checkpoint restored goes into Keras, as TF1 restored it at session creation.
