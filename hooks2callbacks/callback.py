@@ -5,18 +5,23 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
 
   on_train_begin:
     graph = a new adapter graph (global step, log-key tensors, a saver of the
-            Keras model in SAVERS), made default
+            Keras model in SAVERS, and, when hook code asks for them, the
+            model's and optimizer's variables as TF1 variables), made default,
+            in the model's tf.distribute strategy (cross-replica context)
     if hooks is a factory: hooks = hooks()  # may build ops over log tensors
     call hooks.begin()                      # in list order; may build ops
     finalize graph
+    if hooks built ops or init_from_checkpoint was called: make the real
+        session (restored variables go into the Keras model)
     call hooks.after_create_session(session, coord)
   on_train_batch_begin:
     run_context = SessionRunContext(original_args, session)   # shared by all hooks
     call hooks.before_run(run_context)      # each returns None or SessionRunArgs
   (Keras runs the train step)
   on_train_batch_end(logs):
-    if any hook fetched an op derived from the logs: one real Session.run,
-        with the log values fed to their tensors
+    if any hook fetched an op of the graph: one real Session.run, with the log
+        values and the model variables' Keras values fed or loaded; what it
+        wrote to model variables is assigned to the Keras variables
     call hooks.after_run(run_context, SessionRunValues(results, ...))
     if run_context.stop_requested: model.stop_training = True
     (multi-worker: the stop is agreed across workers first, see below)
@@ -32,7 +37,8 @@ What `results` holds, per hook:
   * the structure of its fetches, leaf by leaf: a log key gives the float Keras
     reported (an epoch-to-date mean, as Keras logs are), the global step gives
     its *stale* value (from before this step's increment, as in TF1), a
-    derived tensor gives the value the graph run computed for it;
+    derived tensor gives the value the graph run computed for it, a model
+    variable its value after the step's update;
   * when `before_run` returned None: a read-only mapping of the step's logs.
 
 On stop: the step that requested it is the last the hooks see; Keras still
