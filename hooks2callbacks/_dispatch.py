@@ -156,7 +156,8 @@ _EAGER_CAPTURE_HELP = (
     "name (graph.get_tensor_by_name('learning_rate:0'), 'dense/kernel:0') or in "
     "tf.compat.v1.global_variables(), or map a variable with HookCallback(names={'lr': variable}). "
     "TF converts a variable passed to an op (tf.multiply(variable, 0.5)) to its TF1 variable, but a "
-    "tf.Variable's own operators (variable * 0.5, in tf_keras) read the eager value."
+    "tf.Variable's own operators (variable * 0.5, in tf_keras) read the eager value, and so do JAX "
+    "and PyTorch variables' operators, in their backend."
 )
 
 
