@@ -239,6 +239,8 @@ class HookRunner:
         names: The names map: TF1 name -> log key, name, or Keras variable.
         strategy: The model's `tf.distribute` strategy, in which `begin`,
             `after_create_session` and `end` run; None for none.
+        outside_strategy_note: Noted on an exception from those methods when
+            they run outside the model's strategy (across workers), saying why.
 
     Attributes:
         graph: The adapter graph of this run.
@@ -257,6 +259,7 @@ class HookRunner:
         name: str = "HookCallback",
         names: Mapping[str, Any] | None = None,
         strategy: tf.distribute.Strategy | None = None,
+        outside_strategy_note: str | None = None,
     ) -> None:
         self._sources = sources
         self.name = name
@@ -276,6 +279,7 @@ class HookRunner:
         self.session = AdapterSession(self)
         self.coord = tf.compat.v1.train.Coordinator()
         self.closed = False
+        self._outside_strategy_note = outside_strategy_note
         self._bound: list[_Bound] = []
         # The hooks that have a before_run / an after_run: the per-step loops.
         self._befores: list[_Bound] = []
@@ -452,6 +456,8 @@ class HookRunner:
             return fn(*args)
         except BaseException as error:
             _note_caller(error, caller)
+            if self._outside_strategy_note is not None and hasattr(error, "add_note"):
+                error.add_note(self._outside_strategy_note)
             raise
 
     def _plan(self, bound: _Bound, args: Any) -> Plan:

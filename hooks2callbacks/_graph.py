@@ -305,7 +305,7 @@ class AdapterGraph(tf.Graph):
             return
         loss = self.log_tensor("loss")
         if loss not in super().get_collection(name):
-            with self._open():
+            with Unsealed(self):
                 self.add_to_collection(name, loss)
 
     def _warn_empty(self, name: str) -> None:
@@ -318,16 +318,13 @@ class AdapterGraph(tf.Graph):
             "model_fn filled it, and a Keras model does not, so the hook sees nothing there (a "
             "count of 0, nothing to log or broadcast). HookCallback fills GLOBAL_VARIABLES, "
             "TRAINABLE_VARIABLES and MODEL_VARIABLES (the model's and optimizer's variables) and "
-            f"LOSSES (the loss).{_HINTS.get(name, '')} Fill this one yourself in a hooks factory, before making the hooks "
-            f"(tf.compat.v1.add_to_collection({name!r}, hooks2callbacks.log_tensor('some_key'))), "
-            "or change the hook to fetch log keys or variables.",
+            f"LOSSES (the loss).{_HINTS.get(name, '')} Fill this one yourself in a hooks factory, "
+            f"before making the hooks (tf.compat.v1.add_to_collection({name!r}, "
+            "hooks2callbacks.log_tensor('some_key'))), or change the hook to fetch log keys or variables.",
             UserWarning,
             stacklevel=3,
         )
 
-    def _open(self) -> Any:
-        """Lifts the graph's finalization while adding to it (as `log_tensor` does)."""
-        return _Unsealed(self)
 
     def _own_element(self, obj: Any, allow_tensor: bool, allow_operation: bool) -> Any:
         element = super().as_graph_element(obj, allow_tensor, allow_operation)
@@ -352,7 +349,7 @@ class AdapterGraph(tf.Graph):
         tensor = self.log_tensors.get(key)
         if tensor is not None:
             return tensor
-        with self._open(), self.as_default(), self.name_scope(None), self.control_dependencies(None):
+        with Unsealed(self), self.as_default(), self.name_scope(None), self.control_dependencies(None):
             tensor = tf.compat.v1.placeholder(tf.float32, shape=None, name=_LOG_SCOPE + key)
         self.log_tensors[key] = tensor
         self.placeholder_keys[tensor] = key
@@ -360,8 +357,12 @@ class AdapterGraph(tf.Graph):
         return tensor
 
 
-class _Unsealed:
-    """Unfinalizes a finalized graph for the duration of a `with` block."""
+class Unsealed:
+    """Unfinalizes a finalized graph for the duration of a `with` block.
+
+    Log-key tensors, the model's variables and `LOSSES` are made on first need,
+    which may come after the graph was finalized (a name looked up in `before_run`).
+    """
 
     __slots__ = ("_graph", "_sealed")
 

@@ -45,6 +45,8 @@ from tensorflow.python.eager import context
 from tensorflow.python.framework import ops, tensor_conversion_registry
 from tensorflow.python.ops import resource_variable_ops
 
+from hooks2callbacks._graph import Unsealed
+
 _KEYS = tf.compat.v1.GraphKeys
 LEARNING_RATE = "learning_rate"
 # Characters TF refuses in op names, and what a name may start with.
@@ -132,7 +134,8 @@ class ModelMirror:
         model: The Keras model.
         extra: Variables of the names map (`HookCallback(names=...)`), by TF1
             name; those that are not the model's or the optimizer's are mirrored too.
-        train: Whether the run trains (the optimizer's variables count only then).
+        train: Whether the run trains: only then are the optimizer's slots
+            listed, as only a TF1 training graph had them.
     """
 
     def __init__(self, graph: tf.Graph, model: Any, extra: Mapping[str, Any], train: bool) -> None:
@@ -212,7 +215,7 @@ class ModelMirror:
             named.insert(0, (LEARNING_RATE, rate))
             for backing in _backing(rate.source) + _rate_backing(optimizer):
                 self._by_source.setdefault(id(backing), rate)
-            if self._train or getattr(optimizer, "built", None) or getattr(optimizer, "_built", False):
+            if self._train:  # a TF1 eval graph had no optimizer slots
                 for variable in _optimizer_variables(optimizer):
                     if id(variable) not in self._by_source and id(variable) not in self._step_sources:
                         add(variable, (_KEYS.GLOBAL_VARIABLES,), False, tf1_name(variable, prefix))
@@ -240,18 +243,13 @@ class ModelMirror:
             return
         graph = self._graph
         self._building = True
-        sealed = graph.finalized
-        if sealed:
-            graph._unsafe_unfinalize()  # pylint: disable=protected-access
         try:
-            with graph.as_default(), _bare(graph):
+            with Unsealed(graph), graph.as_default(), _bare(graph):
                 for entry in self.entries():
                     self._make(entry)
             self.built = True
         finally:
             self._building = False
-            if sealed:
-                graph.finalize()
 
     def _make(self, entry: Entry) -> None:
         def keras_value(shape: Any, dtype: Any = None, partition_info: Any = None) -> tf.Tensor:

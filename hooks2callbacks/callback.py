@@ -305,9 +305,14 @@ class HookCallback(keras.callbacks.Callback):
         self._stopped = False
         if mode == "train":
             _build_optimizer(model, strategy)  # on every worker alike: its variables are collective
+        # Across workers, the hooks' graph cannot run in the strategy: its session
+        # is local to this worker, and the strategy's ops are collectives placed
+        # on the cluster's devices.
+        across_workers = is_multi_worker(strategy)
         self._runner = HookRunner(
             hooks, model, _initial_step(model), advances=mode == "train", name=repr(self),
-            names=self.names, strategy=None if is_default(strategy) else strategy,
+            names=self.names, strategy=None if is_default(strategy) or across_workers else strategy,
+            outside_strategy_note=_ACROSS_WORKERS if across_workers else None,
         )
         self._runner.begin()
 
@@ -402,6 +407,16 @@ class HookCallback(keras.callbacks.Callback):
     def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
         if self.mode == "predict":
             self._batch_end(batch, logs, "predict")
+
+
+_ACROSS_WORKERS = (
+    "HookCallback: under MultiWorkerMirroredStrategy the hooks' begin(), after_create_session() "
+    "and end() run outside the strategy, in a graph whose session is local to this worker: "
+    "tf.distribute.get_strategy() is the default strategy there and in_cross_replica_context() is "
+    "False, and the strategy's collective ops cannot run. Hooks that need it run under "
+    "MirroredStrategy (one worker); across workers, use the stop agreement of HookCallback (a "
+    "stop requested on any worker stops all)."
+)
 
 
 def _describe(hooks: Hooks) -> str:

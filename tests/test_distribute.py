@@ -144,3 +144,18 @@ def test_multi_worker_chief_only_hooks_and_a_stop_on_one_worker(tmp_path):
     assert restore_checkpoint(restored, str(tmp_path / "hooks0" / "ckpt")).endswith("model.ckpt-4")
     assert iterations(restored) == last + 1
     assert not (tmp_path / "hooks1").exists()
+
+
+def test_across_workers_an_error_in_begin_says_the_hooks_run_outside_the_strategy():
+    # Under MultiWorkerMirroredStrategy the callback runs begin() outside the strategy
+    # (a local session cannot run its collectives) and says so on an error from there.
+    from hooks2callbacks._dispatch import HookRunner
+
+    class NeedsCrossReplica(tf.compat.v1.train.SessionRunHook):
+        def begin(self):
+            assert tf.distribute.in_cross_replica_context()
+
+    runner = HookRunner([[NeedsCrossReplica()]], make_model(), 0, advances=True, outside_strategy_note="the note")
+    with pytest.raises(AssertionError) as info:
+        runner.begin()
+    assert info.value.__notes__ == ["Raised in NeedsCrossReplica.begin(), called by HookCallback.", "the note"]
