@@ -27,6 +27,11 @@ Variants (each trains the same-shaped MLP on the same synthetic data):
             (the hooks sit on their own TF1 graph; StepCounterHook's one
             `session.run(global_step)` gets the step). adapted - direct is the
             adapter's own share of adapted - bare; the rest is the hooks' code.
+  weights   one TF1 hook through `HookCallback` that builds, in `begin()`, the
+            global norm of `tf.compat.v1.trainable_variables()` (the Keras
+            model's weights, mirrored into the adapter graph) and fetches it
+            every 100 steps: a real graph run on those steps, with the weights
+            loaded from Keras first; on the other steps the hook asks for nothing.
 
 How a step is timed. Every Keras variant gets the same two extra callbacks: a
 start marker placed *first* in the callback list, which records
@@ -63,7 +68,7 @@ their callbacks differ. It is built, compiled and traced before the rounds (in
 the warm-up round, whose numbers are dropped); each variant reuses its
 callbacks and hooks in every round, and the global step keeps counting across
 fits, as it would across a user's fits. Rounds run the variants in a fixed order
-(bare manual adapted tf1 idle direct, then again), so slow drift of a shared machine
+(bare manual adapted tf1 idle direct weights, then again), so slow drift of a shared machine
 hits all variants alike; the ratios are computed within each round and their
 median is reported, which cancels drift better than a ratio of medians.
 `gc.collect()` runs before each timed fit, outside the interval.
@@ -96,7 +101,7 @@ from tensorflow.python.platform import tf_logging  # noqa: E402
 from hooks2callbacks import HookCallback  # noqa: E402
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VARIANTS = ("bare", "manual", "adapted", "tf1", "idle", "direct")
+VARIANTS = ("bare", "manual", "adapted", "tf1", "idle", "direct", "weights")
 RATIOS = (
     ("adapted", "bare"),
     ("adapted", "manual"),
@@ -104,6 +109,7 @@ RATIOS = (
     ("manual", "bare"),
     ("idle", "bare"),
     ("tf1", "bare"),
+    ("weights", "bare"),
 )
 
 
@@ -220,6 +226,27 @@ class IdleHook(tf.compat.v1.train.SessionRunHook):
     """A hook that fetches nothing and does nothing (SessionRunHook's defaults)."""
 
 
+class WeightNormHook(tf.compat.v1.train.SessionRunHook):
+    """Fetches the global norm of all trainable weights every `every_n_iter` steps, as a TF1 hook would."""
+
+    def __init__(self, every_n_iter: int = 100) -> None:
+        self.every_n_iter = every_n_iter
+        self.norms: list[float] = []
+
+    def begin(self) -> None:
+        norm = tf.linalg.global_norm(tf.compat.v1.trainable_variables())
+        self.args = tf.compat.v1.train.SessionRunArgs(norm)
+        self.iteration = 0
+
+    def before_run(self, run_context: Any) -> Any:
+        return self.args if self.iteration % self.every_n_iter == 0 else None
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        if self.iteration % self.every_n_iter == 0:
+            self.norms.append(float(run_values.results))
+        self.iteration += 1
+
+
 # -- variants ----------------------------------------------------------------------
 
 
@@ -321,6 +348,7 @@ def build_variants(names: list[str], widths: tuple[int, ...], tmp: str) -> list[
         "direct": lambda: KerasVariant(
             "direct", model, dataset, [DirectHooksCallback(os.path.join(tmp, "direct"))]
         ),
+        "weights": lambda: KerasVariant("weights", model, dataset, [HookCallback(WeightNormHook())]),
     }
     return [makers[n]() for n in names]
 

@@ -17,8 +17,9 @@ import tensorflow as tf
 
 from hooks2callbacks import _runs
 from hooks2callbacks._batch import BatchSource
-from hooks2callbacks._fetch import Plan, compile_fetches
+from hooks2callbacks._fetch import Plan, check_feeds, compile_fetches
 from hooks2callbacks._graph import AdapterGraph, DefaultGraphScope, log_key_of
+from hooks2callbacks._model import ModelMirror
 from hooks2callbacks._session import NOTHING_RAN, AdapterSession
 from hooks2callbacks._translate import install_saver, refusal
 
@@ -75,21 +76,33 @@ class _Bound:
 
 
 class _Guard:
-    """The adapter graph as default graph; on an exception, the run is closed.
+    """The adapter graph as default graph (and the model's tf.distribute strategy);
+    on an exception, the run is closed.
 
-    For `begin` and `end`; the per-step methods do the same inline.
+    For `begin` and `end`; the per-step methods do the graph part inline.
     """
 
-    __slots__ = ("_runner", "_scope")
+    __slots__ = ("_runner", "_scope", "_strategy", "_strategy_scope")
 
-    def __init__(self, runner: HookRunner) -> None:
+    def __init__(self, runner: HookRunner, strategy: tf.distribute.Strategy | None) -> None:
         self._runner = runner
         self._scope = runner.graph.scope
+        self._strategy = strategy
+        self._strategy_scope: Any = None
 
     def __enter__(self) -> None:
         self._scope.__enter__()
+        # As under a distributed Estimator: the hooks' begin/after_create_session/end
+        # run in the model's strategy, in cross-replica context. Entered with the
+        # adapter graph as default, the strategy's scope is on that graph only.
+        if self._strategy is not None:
+            self._strategy_scope = self._strategy.scope()
+            self._strategy_scope.__enter__()
 
     def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
+        if self._strategy_scope is not None:
+            scope, self._strategy_scope = self._strategy_scope, None
+            scope.__exit__(kind, error, tb)
         if error is None:
             self._scope.__exit__(None, None, None)
         else:
@@ -130,9 +143,23 @@ class LogsView(Mapping[Any, Any]):
 
 
 def _note_caller(error: BaseException, caller: str) -> None:
-    """Notes on `error` which hook method raised it."""
+    """Notes on `error` which hook method raised it (and, for TF's eager-capture error, the way out)."""
     if hasattr(error, "add_note"):  # Python 3.11+
         error.add_note(f"Raised in {caller}, called by HookCallback.")
+        if _EAGER_CAPTURE in str(error):
+            error.add_note(_EAGER_CAPTURE_HELP)
+
+
+_EAGER_CAPTURE = "Attempting to capture an EagerTensor"
+_EAGER_CAPTURE_HELP = (
+    "HookCallback: an eager value (a Keras variable, or a tensor computed from one) was used in "
+    "an op of the adapter graph. The model's variables have TF1 variables there: look them up by "
+    "name (graph.get_tensor_by_name('learning_rate:0'), 'dense/kernel:0') or in "
+    "tf.compat.v1.global_variables(), or map a variable with HookCallback(names={'lr': variable}). "
+    "TF converts a variable passed to an op (tf.multiply(variable, 0.5)) to its TF1 variable, but a "
+    "tf.Variable's own operators (variable * 0.5, in tf_keras) read the eager value, and so do JAX "
+    "and PyTorch variables' operators, in their backend."
+)
 
 
 def is_hook(obj: Any) -> bool:
@@ -161,6 +188,10 @@ def as_hook_list(hooks: Any, where: str = "HookCallback(hooks=...)") -> list[Any
         ValueError: A hook instance appears twice.
     """
     if is_hook(hooks):
+        # One hook without a list is checked as a list's items are.
+        reason = refusal(hooks)
+        if reason is not None:
+            raise TypeError(f"{where} got {reason}")
         return [hooks]
     if isinstance(hooks, (str, bytes, type)) or not isinstance(hooks, Iterable):
         raise TypeError(
@@ -209,6 +240,11 @@ class HookRunner:
         batch_values: `"train"` or `"eval"` to give hooks each batch's own values,
             computed in the model's step of that mode (see `hooks2callbacks._batch`);
             None to give them the logs as Keras reports them.
+        names: The names map: TF1 name -> log key, name, or Keras variable.
+        strategy: The model's `tf.distribute` strategy, in which `begin`,
+            `after_create_session` and `end` run; None for none.
+        outside_strategy_note: Noted on an exception from those methods when
+            they run outside the model's strategy (across workers), saying why.
 
     Attributes:
         graph: The adapter graph of this run.
@@ -226,6 +262,9 @@ class HookRunner:
         advances: bool,
         name: str = "HookCallback",
         batch_values: str | None = None,
+        names: Mapping[str, Any] | None = None,
+        strategy: tf.distribute.Strategy | None = None,
+        outside_strategy_note: str | None = None,
     ) -> None:
         self._sources = sources
         self._batch_mode = batch_values
@@ -238,9 +277,16 @@ class HookRunner:
         self.logs: Mapping[str, Any] = {}
         self.caller = "HookCallback"
         self.graph = AdapterGraph()
+        self.graph.owner = self
+        self.graph.names = names = dict(names or {})
+        # The model's variables as TF1 variables, made only if hook code asks for them.
+        self.graph.mirror = ModelMirror(
+            self.graph, model, {k: v for k, v in names.items() if not isinstance(v, str)}, train=advances
+        )
         self.session = AdapterSession(self)
         self.coord = tf.compat.v1.train.Coordinator()
         self.closed = False
+        self._outside_strategy_note = outside_strategy_note
         self._bound: list[_Bound] = []
         # The hooks that have a before_run / an after_run: the per-step loops.
         self._befores: list[_Bound] = []
@@ -249,8 +295,10 @@ class HookRunner:
         self._fetch_only: list[_Bound] = []
         self._context: SessionRunContext | None = None
         self._derived = False
+        # The step's feeds of hooks' own placeholders (usually none).
+        self._feeds: dict[Any, Any] | None = None
         # Makes the adapter graph the default graph, and closes the run on error.
-        self._guard = _Guard(self)
+        self._guard = _Guard(self, strategy)
         # The graph scope of the per-step calls; None when no per-step hook needs it.
         self._step_scope: DefaultGraphScope | None = self.graph.scope
 
@@ -288,7 +336,14 @@ class HookRunner:
                 self._step_scope = None
             for hook in self.hooks:
                 self._call(hook, "begin")
+            # As TF1 did, before after_create_session: restore what init_from_checkpoint
+            # set up, and spare the first step the session's creation. Only a
+            # graph with ops of the hooks' own needs one at all.
+            needs_session = self.graph.built_by_hooks()
             self.graph.seal()
+            if needs_session or self.graph.restores():
+                self.caller = "HookCallback (session creation, restoring init_from_checkpoint's variables)"
+                self.session.open()
             for hook in self.hooks:
                 self._call(hook, "after_create_session", self.session, self.coord)
         _warn_steps_per_execution(self.model, self._bound)  # outside the graph: reads a variable
@@ -296,6 +351,7 @@ class HookRunner:
     def before_run(self) -> None:
         """Calls every `before_run` with the step's shared context and compiles its fetches."""
         self._context = context = SessionRunContext(_ORIGINAL_ARGS, self.session)
+        self._feeds = None
         derived = False
         # The per-step methods do inline what `_Guard` and `_invoke` do, as
         # two calls fewer per hook and step count here.
@@ -418,6 +474,8 @@ class HookRunner:
             return fn(*args)
         except BaseException as error:
             _note_caller(error, caller)
+            if self._outside_strategy_note is not None and hasattr(error, "add_note"):
+                error.add_note(self._outside_strategy_note)
             raise
 
     def _plan(self, bound: _Bound, args: Any) -> Plan:
@@ -425,22 +483,53 @@ class HookRunner:
         # step: they skip the checks and hit the cache.
         if type(args) is not SessionRunArgs or args.feed_dict or args.options is not None:
             _check_args(bound.before_name, args)
+            if args.feed_dict:
+                self._merge_feeds(check_feeds(args.feed_dict, self.graph, bound.before_name), bound)
         cached = bound.cached
         if cached is not None and cached.fetches is args.fetches:
             return cached
         bound.cached = plan = compile_fetches(args.fetches, self.graph, self.model, bound.before_name)
         return plan
 
+    def _merge_feeds(self, feeds: dict[Any, Any], bound: _Bound) -> None:
+        """Adds a hook's feeds to the step's, refusing a tensor fed twice (as TF1's merge did)."""
+        if self._feeds is None:
+            self._feeds = {}
+        twice = [t.name for t in feeds if t in self._feeds]
+        if twice:
+            raise RuntimeError(
+                f"{bound.before_name} feeds {twice}, which another hook feeds in the same step. "
+                "Same tensor is fed by two hooks; feed each placeholder from one hook."
+            )
+        self._feeds.update(feeds)
+
     def _run_derived(self, logs: Mapping[str, Any], stale: np.int64) -> Mapping[Any, Any]:
         """One real graph run for every hook's derived fetches, as TF1's merged run."""
         derived: dict[Any, None] = {}
         fed: set[str] = set()
+        reads: dict[Any, None] = {}
+        loads: dict[Any, None] = {}
+        stores: dict[Any, None] = {}
+        uses_step = writes_step = False
         for bound in self._bound:
-            if bound.plan is not None and bound.plan.derived:
-                derived.update(dict.fromkeys(bound.plan.derived))
-                fed.update(bound.plan.fed_keys)
+            plan = bound.plan
+            if plan is not None and plan.derived:
+                derived.update(dict.fromkeys(plan.derived))
+                fed.update(plan.fed_keys)
+                reads.update(dict.fromkeys(plan.reads))
+                loads.update(dict.fromkeys(plan.loads))
+                stores.update(dict.fromkeys(plan.stores))
+                uses_step = uses_step or plan.uses_step
+                writes_step = writes_step or plan.writes_step
+        # A variable another hook writes in the same run is loaded, not fed.
+        merged = Plan(None, _no_resolve, tuple(derived), tuple(sorted(fed)),
+                      tuple(e for e in reads if e not in loads), tuple(loads), tuple(stores), uses_step, writes_step)
         self.caller = "HookCallback (the step's graph run)"
-        return self.session.run_graph(tuple(derived), tuple(sorted(fed)), logs, stale, self.caller)
+        return self.session.run_graph(merged, logs, stale, self.caller, self._feeds)
+
+
+def _no_resolve(logs: Any, step: Any, ran: Any) -> None:
+    return None
 
 
 def _check_args(where: str, args: Any) -> None:
@@ -449,12 +538,6 @@ def _check_args(where: str, args: Any) -> None:
         raise TypeError(
             f"{where} returned {args!r} of type {type(args).__name__}. It must return "
             "None or tf.compat.v1.train.SessionRunArgs(fetches)."
-        )
-    if args.feed_dict:
-        raise ValueError(
-            f"{where} returned SessionRunArgs with feed_dict={args.feed_dict!r}. Keras has "
-            "no feeds: its inputs come from the dataset given to fit()/evaluate(). Change the "
-            "data pipeline (tf.data map, or a keras.utils.PyDataset) instead of feeding."
         )
     if args.options is not None and args.options.trace_level != _NO_TRACE:
         raise ValueError(

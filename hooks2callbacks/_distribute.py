@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.python.distribute import distribute_lib
 
 
 def strategy_of(model: Any) -> tf.distribute.Strategy:
@@ -24,6 +25,11 @@ def strategy_of(model: Any) -> tf.distribute.Strategy:
     """
     strategy = getattr(model, "distribute_strategy", None)
     return strategy if isinstance(strategy, tf.distribute.Strategy) else tf.distribute.get_strategy()
+
+
+def is_default(strategy: tf.distribute.Strategy) -> bool:
+    """Whether `strategy` is TF's default strategy (no tf.distribute at all)."""
+    return strategy is distribute_lib._get_default_strategy()  # pylint: disable=protected-access
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:

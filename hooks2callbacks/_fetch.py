@@ -7,37 +7,45 @@ fetches object every step (as the stock hooks do) reuses it. Each leaf is one of
   the value Keras reported, unchanged, with no graph run;
 * the global step (the variable, its tensors, its name, or the model's
   `optimizer.iterations`): the step's value, with no graph run;
-* an eager `tf.Variable` or Keras variable: its current value;
+* an eager `tf.Variable` or Keras variable, or the adapter graph's variable
+  for one (`"dense/kernel:0"`, `"learning_rate"`): its current Keras value,
+  with no graph run;
 * any other tensor or op of the adapter graph ("derived"): computed by one real
   `Session.run` for the step, with the log values fed to their placeholders.
+  Compiling finds which model variables it reads or writes, for the session
+  to sync (`hooks2callbacks._model`).
+
+A name means what `AdapterGraph.meaning` says (a hook's op, the names map, a
+model variable, else a log key), except that a name meaning the learning rate
+gives the log value of that name when the step's logs hold one.
 """
 
 from __future__ import annotations
 
 import collections.abc
 import dataclasses
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.eager import context
 
 from hooks2callbacks._graph import AdapterGraph, log_key_of
+from hooks2callbacks._model import LEARNING_RATE, Entry, read_variable, writes_ref
 
 # resolve(logs, step, ran) -> results. `step` is a numpy int64, as TF1 returns the
 # int64 variable's value; `ran` maps derived elements to their values.
 Resolver = Callable[[Mapping[str, Any], np.int64, Mapping[Any, Any]], Any]
 
 ACCEPTED = (
-    "a Keras log key (str such as 'loss' or 'loss:0'), a tensor or op of the "
-    "adapter graph, the global step, an eager tf.Variable or keras.Variable, "
+    "a Keras log key (str such as 'loss' or 'loss:0'), a tensor, op or variable of "
+    "the adapter graph, the global step, an eager tf.Variable or keras.Variable, "
     "or a dict, list, tuple or namedtuple of these"
 )
 
 
 class UnknownLogKeyError(ValueError):
-    """A hook fetched a Keras log key that the step's logs do not contain."""
+    """A hook fetched Keras log keys that the step's logs do not contain (the message names them all)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,36 +57,60 @@ class Plan:
         resolve: Builds the results from the logs, the step and the graph run's values.
         derived: Graph elements that need a real `Session.run`.
         fed_keys: Log keys whose placeholders the derived elements depend on.
+        reads: Model variables (mirror entries) they only read, fed their Keras values.
+        loads: Model variables they write or otherwise use, loaded from Keras first.
+        stores: The model variables they write, whose values go back into Keras.
+        uses_step: Whether they read or write the global step (so it must be set first).
+        writes_step: Whether they write the global step.
     """
 
     fetches: Any
     resolve: Resolver
     derived: tuple[Any, ...]
-    fed_keys: tuple[str, ...]
+    fed_keys: tuple[str, ...] = ()
+    reads: tuple[Entry, ...] = ()
+    loads: tuple[Entry, ...] = ()
+    stores: tuple[Entry, ...] = ()
+    uses_step: bool = False
+    writes_step: bool = False
 
 
-def log_value(logs: Mapping[str, Any], key: str, where: str) -> Any:
-    """Returns `logs[key]`, or raises an error naming `where` and the available keys."""
+def log_value(
+    logs: Mapping[str, Any], key: str, where: str, keys: Sequence[str] = (), names: Mapping[str, Any] | None = None
+) -> Any:
+    """Returns `logs[key]`.
+
+    Args:
+        logs: The step's logs.
+        key: The log key.
+        where: Who fetched it, for the error.
+        keys: Every log key of the same fetch, so that the error names all missing ones.
+        names: The names map, shown in the error.
+
+    Raises:
+        UnknownLogKeyError: `key` is not in `logs`.
+    """
     try:
         return logs[key]
     except KeyError:
+        missing = list(dict.fromkeys(k for k in (key, *keys) if k not in logs))
+        what = f"the Keras log key {missing[0]!r}" if len(missing) == 1 else (
+            f"the Keras log keys {', '.join(map(repr, missing))}"
+        )
         raise UnknownLogKeyError(
-            f"{where} fetched the Keras log key {key!r}, which this step's logs do "
-            f"not contain. Available log keys: {sorted(logs)}. Fetch one of those, "
-            f"or the global step."
+            f"{where} fetched {what}, which this step's logs do not contain. Available log keys: "
+            f"{sorted(logs)}. Names map: {describe_names(names or {})}. Fetch one of those keys or "
+            "the global step, or map each TF1 name to a log key or a Keras variable with "
+            "HookCallback(names={'tf1_name': 'loss'})."
         ) from None
 
 
-def read_variable(variable: Any, model: Any = None) -> Any:
-    """Reads an eager TF or Keras variable from inside the adapter graph's context."""
-    # Keras's JAX trainer keeps the state outside the variables during an epoch;
-    # this writes it back (as `Callback.model` does), so the value is current.
-    sync = getattr(model, "jax_state_sync", None)
-    if sync is not None:
-        sync()
-    # tf.init_scope does not leave a graph entered with as_default().
-    with context.eager_mode():
-        return keras.ops.convert_to_numpy(variable)
+def describe_names(names: Mapping[str, Any]) -> str:
+    """The names map as messages show it: names as given, variables by their Keras path."""
+    if not names:
+        return "none (HookCallback(names=...) was not given)"
+    return repr({k: v if isinstance(v, str) else f"<variable {getattr(v, 'path', getattr(v, 'name', v))}>"
+                 for k, v in names.items()})
 
 
 def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -> Plan:
@@ -95,9 +127,13 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
 
     Raises:
         TypeError: A leaf or container of an unsupported type.
-        ValueError: A tensor or op of another graph, or an unknown graph name.
+        ValueError: A tensor or op of another graph, an unknown graph name, or an op
+            that writes a learning rate a schedule computes.
     """
     derived: list[Any] = []
+    keys: list[str] = []  # every log key of the plan, for an error naming all missing ones
+    names = graph.names
+    mirror = graph.mirror
     iterations = getattr(getattr(model, "optimizer", None), "iterations", None)
 
     def leaf(obj: Any) -> Resolver:
@@ -106,21 +142,14 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
         if iterations is not None and obj is iterations:
             return _step
         if isinstance(obj, (tf.Tensor, tf.Operation)) or _is_graph_variable(obj):
-            if obj.graph is not graph:
-                whose = (
-                    "the adapter graph of another run (an earlier fit/evaluate, or another "
-                    "HookCallback); each run has its own graph"
-                    if isinstance(obj.graph, AdapterGraph)
-                    else "another graph"
-                )
-                raise ValueError(
-                    f"{where} fetched {obj!r}, which belongs to {whose}. Hooks must build "
-                    "their tensors in begin() of the run that fetches them, when the run's "
-                    "graph is the default graph, or fetch log keys by name."
-                )
+            _check_graph(obj, graph, where)
             return graph_leaf(obj)
         if isinstance(obj, (tf.Variable, keras.Variable)):
             return lambda logs, step, ran: read_variable(obj, model)
+        if isinstance(obj, tf.distribute.DistributedValues):
+            # What a strategy's run() returns in the graph: one value per replica.
+            parts = [leaf(v) for v in obj.values]
+            return lambda logs, step, ran: tuple(f(logs, step, ran) for f in parts)
         raise TypeError(
             f"{where} fetched {obj!r} of type {type(obj).__name__}. Accepted: {ACCEPTED}."
         )
@@ -131,20 +160,41 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
             return _step
         element = graph.existing_element(name)
         if element is not None:
-            return graph_leaf(element)
+            # A model variable's bare name means its value, as a log key's does.
+            entry = mirror.by_op.get(element) if mirror is not None and isinstance(element, tf.Operation) else None
+            return graph_leaf(element) if entry is None else entry_leaf(entry)
         if ":" in name and not name.endswith(":0"):
             raise ValueError(
                 f"{where} fetched {name!r}, which names no tensor of the adapter graph; "
                 "a Keras log key is fetched as 'key' or 'key:0'."
             )
-        return lambda logs, step, ran: log_value(logs, key, where)
+        meaning = graph.meaning(key)
+        if isinstance(meaning, str):
+            return log_leaf(meaning)
+        return entry_leaf(meaning) if isinstance(meaning, Entry) else graph_leaf(meaning)
+
+    def entry_leaf(entry: Entry) -> Resolver:
+        """A model variable by name: its Keras value, with no graph run."""
+        read = entry.read
+        if mirror is not None and entry is mirror.rate:
+            # A metric named "learning_rate" wins over the optimizer's rate.
+            return lambda logs, step, ran: logs[LEARNING_RATE] if LEARNING_RATE in logs else read()
+        return lambda logs, step, ran: read()
+
+    def log_leaf(key: str) -> Resolver:
+        keys.append(key)
+        return lambda logs, step, ran: log_value(logs, key, where, keys, names)
 
     def graph_leaf(element: Any) -> Resolver:
         key = graph.placeholder_keys.get(element)
         if key is not None:
-            return lambda logs, step, ran: log_value(logs, key, where)
+            return log_leaf(key)
         if graph.is_step(element):
             return _step
+        entry = mirror.entry_of_element(element) if mirror is not None else None
+        if entry is not None:  # a model variable itself: read it from Keras, no graph run
+            read = entry.read
+            return lambda logs, step, ran: read()
         derived.append(element)
         return lambda logs, step, ran: ran[element]
 
@@ -167,10 +217,95 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
 
     resolve = node(fetches, 0)
     unique = tuple(dict.fromkeys(derived))
-    return Plan(fetches, resolve, unique, _fed_keys(unique, graph))
+    if not unique:
+        return Plan(fetches, resolve, unique)
+    ops_run = _subgraph(unique)
+    fed = {graph.placeholder_keys[t] for op in ops_run for t in op.outputs if t in graph.placeholder_keys}
+    reads, loads, stores = mirror.uses(ops_run, where) if mirror is not None else ((), (), ())
+    uses_step = graph.global_step.op in ops_run
+    writes_step = uses_step and any(writes_ref(op) is graph.global_step.op for op in ops_run)
+    return Plan(fetches, resolve, unique, tuple(sorted(fed)), reads, loads, stores, uses_step, writes_step)
 
 
 _MAX_DEPTH = 100
+
+
+def check_feeds(feed_dict: Any, graph: AdapterGraph, where: str) -> dict[Any, Any]:
+    """Checks a hook's feeds: tensors of the adapter graph (placeholders it built), by tensor or name.
+
+    Returns:
+        The feeds, keyed by tensor.
+
+    Raises:
+        TypeError: `feed_dict` is not a mapping.
+        ValueError: A feed of a log-key tensor or of the global step (their values
+            are Keras's), of another graph's tensor, or of a name that is no tensor.
+    """
+    if not isinstance(feed_dict, collections.abc.Mapping):
+        raise TypeError(
+            f"{where} passed feed_dict={feed_dict!r} of type {type(feed_dict).__name__}; a "
+            "feed_dict is a dict from tensors (or their names) to values."
+        )
+    feeds: dict[Any, Any] = {}
+    for key, value in feed_dict.items():
+        tensor = _feed_target(key, graph, where)
+        log_key = graph.placeholder_keys.get(tensor)
+        if log_key is not None:
+            raise ValueError(
+                f"{where} feeds {key!r}, the tensor of the Keras log key {log_key!r}. Its value is "
+                "what Keras logged for the step, and a feed would replace it. Feed only placeholders "
+                "the hook built itself in begin(); the model's inputs come from the data given to "
+                "fit()/evaluate() (change them with a tf.data map or a keras.utils.PyDataset)."
+            )
+        if tensor is graph.global_step or graph.is_step(tensor):
+            raise ValueError(
+                f"{where} feeds {key!r}, the global step. Its value is the Keras optimizer's step "
+                "count (model.optimizer.iterations), and a feed would replace it. Feed only "
+                "placeholders the hook built itself in begin()."
+            )
+        feeds[tensor] = value
+    return feeds
+
+
+def _feed_target(key: Any, graph: AdapterGraph, where: str) -> Any:
+    if isinstance(key, str):
+        element = graph.existing_element(key)
+        if element is None and (":" not in key or key.endswith(":0")):
+            meaning = graph.meaning(log_key_of(key))
+            # A log key's tensor is refused by the caller, saying why; an unknown name here.
+            if not isinstance(meaning, str) or meaning in graph.log_tensors:
+                element = graph.tensor_of(meaning)
+        if not isinstance(element, tf.Tensor):
+            raise ValueError(
+                f"{where} feeds {key!r}, which names no tensor of the adapter graph. Feed only "
+                "placeholders the hook built in begin(), by tensor or by name. A TF1 model_fn's "
+                "placeholders (the model's inputs) are not there: Keras takes its inputs from the "
+                "data given to fit()/evaluate(); change them with a tf.data map or a "
+                "keras.utils.PyDataset."
+            )
+        return element
+    if isinstance(key, (tf.Tensor, tf.Variable)) and _has_graph(key):
+        _check_graph(key, graph, where, "feeds")
+        return key
+    raise TypeError(
+        f"{where} feeds {key!r} of type {type(key).__name__}. A feed_dict key is a tensor of the "
+        "adapter graph (a placeholder the hook built in begin()) or its name."
+    )
+
+
+def _check_graph(obj: Any, graph: AdapterGraph, where: str, verb: str = "fetched") -> None:
+    if obj.graph is not graph:
+        whose = (
+            "the adapter graph of another run (an earlier fit/evaluate, or another "
+            "HookCallback); each run has its own graph"
+            if isinstance(obj.graph, AdapterGraph)
+            else "another graph"
+        )
+        raise ValueError(
+            f"{where} {verb} {obj!r}, which belongs to {whose}. Hooks must build "
+            "their tensors in begin() of the run that fetches them, when the run's "
+            "graph is the default graph, or fetch log keys by name."
+        )
 
 
 def _step(logs: Mapping[str, Any], step: np.int64, ran: Mapping[Any, Any]) -> np.int64:
@@ -188,20 +323,15 @@ def _has_graph(obj: Any) -> bool:
         return False
 
 
-def _fed_keys(elements: tuple[Any, ...], graph: AdapterGraph) -> tuple[str, ...]:
-    """Returns the log keys whose placeholders `elements` depend on."""
+def _subgraph(elements: tuple[Any, ...]) -> set[tf.Operation]:
+    """The ops a run of `elements` may execute: their inputs and control inputs, transitively."""
     seen: set[tf.Operation] = set()
     stack = [e if isinstance(e, tf.Operation) else e.op for e in elements]
-    keys: list[str] = []
     while stack:
         op = stack.pop()
         if op in seen:
             continue
         seen.add(op)
-        for tensor in op.outputs:
-            key = graph.placeholder_keys.get(tensor)
-            if key is not None:
-                keys.append(key)
         stack.extend(t.op for t in op.inputs)
         stack.extend(op.control_inputs)
-    return tuple(sorted(set(keys)))
+    return seen

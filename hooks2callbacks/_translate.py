@@ -16,6 +16,9 @@ from typing import Any
 
 import tensorflow as tf
 from tensorflow.python.eager import context
+from tensorflow.python.framework import ops
+
+from hooks2callbacks._model import outside_strategy
 
 # What a TF1 Scaffold's default saver keeps.
 MAX_TO_KEEP = 5
@@ -65,11 +68,11 @@ class KerasSaver:
         """
         del sess, latest_filename, meta_graph_suffix, write_meta_graph, write_state
         del strip_default_attrs, save_debug_info
-        manager = self._manager(save_path)
         number = None if global_step is None else int(global_step)
         # Hooks run with the adapter graph as default; object-based checkpoints
-        # must be written eagerly.
-        with context.eager_mode():
+        # must be written eagerly, and outside the strategy the hooks' begin/end run in.
+        with context.eager_mode(), outside_strategy(ops.get_default_graph()):
+            manager = self._manager(save_path)
             try:
                 return manager.save(checkpoint_number=number, check_interval=False)
             except (tf.errors.OpError, OSError) as error:

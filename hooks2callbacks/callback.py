@@ -7,10 +7,14 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
     if values == "batch": model.train_function = the model's own step, which also
             returns each batch's own values (built once per model, see _batch)
     graph = a new adapter graph (global step, log-key tensors, a saver of the
-            Keras model in SAVERS), made default
+            Keras model in SAVERS, and, when hook code asks for them, the
+            model's and optimizer's variables as TF1 variables), made default,
+            in the model's tf.distribute strategy (cross-replica context)
     if hooks is a factory: hooks = hooks()  # may build ops over log tensors
     call hooks.begin()                      # in list order; may build ops
     finalize graph
+    if hooks built ops or init_from_checkpoint was called: make the real
+        session (restored variables go into the Keras model)
     call hooks.after_create_session(session, coord)
   on_train_batch_begin:
     run_context = SessionRunContext(original_args, session)   # shared by all hooks
@@ -18,8 +22,9 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
   (Keras runs the train step)
   on_train_batch_end(logs):
     values = the batch's own values, or the logs (values="running_mean")
-    if any hook fetched an op derived from the logs: one real Session.run,
-        with the values fed to their tensors
+    if any hook fetched an op of the graph: one real Session.run, with the
+        values and the model variables' Keras values fed or loaded; what it
+        wrote to model variables is assigned to the Keras variables
     call hooks.after_run(run_context, SessionRunValues(results, ...))
     if run_context.stop_requested: model.stop_training = True
     (multi-worker: the stop is agreed across workers first, see below)
@@ -36,7 +41,8 @@ What `results` holds, per hook:
     that batch's own loss or metric value, as a TF1 tensor held it (with
     values="running_mean": the running mean Keras reported), the global step
     gives its *stale* value (from before this step's increment, as in TF1), a
-    derived tensor gives the value the graph run computed for it;
+    derived tensor gives the value the graph run computed for it, a model
+    variable its value after the step's update;
   * when `before_run` returned None: a read-only mapping of the step's values.
 
 On stop: the step that requested it is the last the hooks see; Keras still
@@ -61,13 +67,15 @@ as its last: the stale global step is the new step minus one.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import keras
 import tensorflow as tf
+from tensorflow.python.eager import context
 
 from hooks2callbacks._dispatch import HookRunner, Hooks, as_hook_list, is_factory
-from hooks2callbacks._distribute import StopAgreement, is_chief, is_multi_worker, strategy_of
+from hooks2callbacks._distribute import StopAgreement, is_chief, is_default, is_multi_worker, strategy_of
+from hooks2callbacks._graph import OP_NAME, log_key_of
 
 MODES = ("train", "eval", "predict")
 VALUES = ("batch", "running_mean")
@@ -78,6 +86,76 @@ _KERAS_CALL = {"train": "fit()", "eval": "evaluate() or fit(validation_data=...)
 def _hooks_argument(hooks: Any, argument: str) -> Hooks:
     """Validates a hooks argument: a factory is kept, hooks become a tuple."""
     return hooks if is_factory(hooks) else tuple(as_hook_list(hooks, f"HookCallback({argument}=...)"))
+
+
+def _names_argument(names: Any) -> dict[str, Any]:
+    """Validates the names map; returns it keyed by op name (`'cross_entropy:0'` -> `'cross_entropy'`)."""
+    if names is None:
+        return {}
+    if not isinstance(names, Mapping):
+        raise TypeError(
+            f"HookCallback(names=...) takes a dict from TF1 names to Keras log keys or variables, "
+            f"such as {{'cross_entropy': 'loss'}}, got {names!r} of type {type(names).__name__}."
+        )
+    checked: dict[str, Any] = {}
+    for key, value in names.items():
+        name = log_key_of(key) if isinstance(key, str) else None
+        if name is None or not OP_NAME.match(name):
+            raise ValueError(
+                f"HookCallback(names=...): the key {key!r} is not a TF1 tensor name. Use names such "
+                "as 'cross_entropy' or 'cross_entropy:0'."
+            )
+        if name in checked:
+            raise ValueError(f"HookCallback(names=...): {key!r} names {name!r} a second time; give it once.")
+        if isinstance(value, str):
+            if not OP_NAME.match(log_key_of(value)) or ":" in value and not value.endswith(":0"):
+                raise ValueError(
+                    f"HookCallback(names=...): {key!r} maps to {value!r}, which is no log key or "
+                    "tensor name. Map it to a log key such as 'loss', or to a name such as "
+                    "'learning_rate' or 'dense/kernel:0'."
+                )
+        elif not isinstance(value, (tf.Variable, keras.Variable)):
+            hint = (
+                " A learning rate that a schedule computes is a tensor, not a variable: map the name "
+                "to 'learning_rate' instead."
+                if hasattr(value, "numpy") or isinstance(value, tf.Tensor) else ""
+            )
+            raise TypeError(
+                f"HookCallback(names=...): {key!r} maps to {value!r} of type {type(value).__name__}. "
+                "A TF1 name maps to a Keras log key or another name (a str, such as 'loss' or "
+                "'learning_rate'), or to a variable (keras.Variable or tf.Variable, such as "
+                f"model.optimizer.learning_rate).{hint}"
+            )
+        checked[name] = value
+    for name in checked:
+        seen, target = {name}, checked[name]
+        while isinstance(target, str) and log_key_of(target) in checked:
+            target_name = log_key_of(target)
+            if target_name in seen:
+                raise ValueError(
+                    f"HookCallback(names=...): the names {sorted(seen)} map to each other in a "
+                    "circle; map one of them to a log key or a variable."
+                )
+            seen.add(target_name)
+            target = checked[target_name]
+    return checked
+
+
+def _build_optimizer(model: Any, strategy: tf.distribute.Strategy) -> None:
+    """Creates the optimizer's slot variables now, if Keras would only at the first step (tf_keras).
+
+    Hooks see them in `begin()`, as TF1 hooks saw the slots the graph held.
+    """
+    optimizer = getattr(model, "optimizer", None)
+    # Keras 3: `built`; tf_keras: `_built`, set only once built.
+    built = getattr(optimizer, "built", None)
+    if built is None:
+        built = getattr(optimizer, "_built", False)
+    if optimizer is None or built or not callable(getattr(optimizer, "build", None)):
+        return
+    # In the optimizer's name scope, as when Keras builds it in its first step.
+    with context.eager_mode(), strategy.scope(), tf.name_scope(getattr(optimizer, "name", None) or "optimizer"):
+        optimizer.build(model.trainable_variables)
 
 
 def _initial_step(model: Any) -> int:
@@ -132,14 +210,23 @@ class HookCallback(keras.callbacks.Callback):
             logs. `"running_mean"`: the logs as Keras reports them, running
             means since the epoch (or the evaluation) began. Other callbacks,
             the progress bar and `History` get Keras's own logs either way.
+        names: TF1 names that Keras calls differently, for hooks that use them
+            by name: a dict from a TF1 name (`"cross_entropy"` or
+            `"cross_entropy:0"`) to a Keras log key or another name (`"loss"`,
+            `"learning_rate"`, `"dense/kernel"`), or to a Keras variable
+            (`model.optimizer.learning_rate`). A hook that fetches the TF1
+            name, looks it up with `graph.get_tensor_by_name`, or builds ops on
+            it then gets the log value or the variable. Defaults to none.
 
     Raises:
         TypeError: `hooks` or `chief_only_hooks` is not a hook, a sequence of
             hooks or a function, or holds a hook class or a hook that cannot run
             under Keras (`FeedFnHook`, `ProfilerHook`, a `CheckpointSaverHook`
-            with its own saver); `is_chief` is not a bool or None.
-        ValueError: `mode` or `values` is not one of its choices, or a hook
-            appears twice.
+            with its own saver); `is_chief` is not a bool or None; `names` is
+            not a dict, or maps a name to something other than a str or a variable.
+        ValueError: `mode` or `values` is not one of its choices, a hook appears
+            twice, or a name of `names` is not a tensor name (or the names map
+            in a circle).
     """
 
     # tf_keras's CallbackList reads these; Keras 3 ignores them. No tensors in
@@ -155,6 +242,7 @@ class HookCallback(keras.callbacks.Callback):
         chief_only_hooks: Any | Callable[[], Any] = (),
         is_chief: bool | None = None,
         values: str = "batch",
+        names: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(mode, str) or mode not in MODES:
@@ -181,6 +269,7 @@ class HookCallback(keras.callbacks.Callback):
                     "also in hooks, so the chief would call it twice per event. List it in one "
                     "of the two."
                 )
+        self.names = _names_argument(names)
         self.mode = mode
         self.values = values
         self.is_chief = is_chief
@@ -234,9 +323,18 @@ class HookCallback(keras.callbacks.Callback):
         else:
             self._agreement = None
         self._stopped = False
+        if mode == "train":
+            _build_optimizer(model, strategy)  # on every worker alike: its variables are collective
+        # Across workers, the hooks' graph cannot run in the strategy: its session
+        # is local to this worker, and the strategy's ops are collectives placed
+        # on the cluster's devices.
+        across_workers = is_multi_worker(strategy)
         batch = mode if self.values == "batch" and mode != "predict" else None
         self._runner = HookRunner(
-            hooks, model, _initial_step(model), advances=mode == "train", name=repr(self), batch_values=batch
+            hooks, model, _initial_step(model), advances=mode == "train", name=repr(self),
+            batch_values=batch, names=self.names,
+            strategy=None if is_default(strategy) or across_workers else strategy,
+            outside_strategy_note=_ACROSS_WORKERS if across_workers else None,
         )
         self._runner.begin()
 
@@ -331,6 +429,16 @@ class HookCallback(keras.callbacks.Callback):
     def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
         if self.mode == "predict":
             self._batch_end(batch, logs, "predict")
+
+
+_ACROSS_WORKERS = (
+    "HookCallback: under MultiWorkerMirroredStrategy the hooks' begin(), after_create_session() "
+    "and end() run outside the strategy, in a graph whose session is local to this worker: "
+    "tf.distribute.get_strategy() is the default strategy there and in_cross_replica_context() is "
+    "False, and the strategy's collective ops cannot run. Hooks that need it run under "
+    "MirroredStrategy (one worker); across workers, use the stop agreement of HookCallback (a "
+    "stop requested on any worker stops all)."
+)
 
 
 def _describe(hooks: Hooks) -> str:

@@ -66,6 +66,8 @@ def train_mirrored(K, strategy) -> dict:
     single_final = tf.compat.v1.train.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
     single_model.evaluate(x, y, batch_size=32, verbose=0, callbacks=[HookCallback(single_final, mode="eval")])
     return {
+        **written_to_every_replica(K, strategy, x, y),
+        **multi_worker_early_stopping(K, strategy, x, y),
         "replicas": strategy.num_replicas_in_sync,
         "steps": [c[2] for c in calls if c[1] == "after_run"],
         "hook_loss": hook.results,
@@ -78,6 +80,65 @@ def train_mirrored(K, strategy) -> dict:
         "final_means": {k: float(v) for k, v in means.final_ops_values.items()},
         "evaluated": {k: float(evaluated[k]) for k in ("loss", "accuracy")},
     }
+
+
+class WriteAtCreation(tf.compat.v1.train.SessionRunHook):
+    """Sets the learning rate to 0 at session creation, and the last bias to [1, 2, 3] in the first step's fetches."""
+
+    def begin(self):
+        graph = tf.compat.v1.get_default_graph()
+        bias = [v for v in tf.compat.v1.trainable_variables() if v.op.name.endswith("bias")][-1]
+        self.bias = tf.compat.v1.assign(bias, [1.0, 2.0, 3.0])
+        self.rate = tf.compat.v1.assign(graph.get_tensor_by_name("learning_rate:0"), 0.0)
+        self.in_cross_replica_context = tf.distribute.in_cross_replica_context()
+        self.first = True
+
+    def after_create_session(self, session, coord):
+        session.run(self.rate)
+
+    def before_run(self, run_context):
+        first, self.first = self.first, False
+        return tf.compat.v1.train.SessionRunArgs(self.bias) if first else None
+
+
+def replicas(variable) -> list:
+    """The values of each replica of a (Keras 3 or tf_keras) mirrored variable."""
+    variable = getattr(variable, "value", variable) if not isinstance(variable, tf.Variable) else variable
+    return [v.numpy().tolist() for v in variable.values]
+
+
+def written_to_every_replica(K, strategy, x, y) -> dict:
+    from hooks2callbacks import HookCallback
+    from support import make_model
+
+    with strategy.scope():
+        model = make_model(K)
+    hook = WriteAtCreation()
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[HookCallback(hook)])
+    return {
+        "begin_in_cross_replica_context": hook.in_cross_replica_context,
+        "replica_biases": replicas(model.weights[-1]),
+        "replica_rates": replicas(model.optimizer.learning_rate),
+    }
+
+
+def multi_worker_early_stopping(K, strategy, x, y) -> dict:
+    """tensorflow/estimator's early-stopping hook, which Estimator used under any train_distribute strategy."""
+    from hooks2callbacks import HookCallback
+    from real_hooks import _MultiWorkerEarlyStoppingHook
+    from support import iterations, make_model
+
+    with strategy.scope():
+        model = make_model(K)
+    checks = []
+
+    def should_stop():  # called every 3 steps; asks to stop at its second call
+        checks.append(len(checks) + 1)
+        return len(checks) == 2
+
+    hook = _MultiWorkerEarlyStoppingHook(should_stop, run_every_steps=3)
+    model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[HookCallback(hook)])
+    return {"early_stop_checks": checks, "early_stop_iterations": iterations(model)}
 
 
 class StopOnTask(tf.compat.v1.train.SessionRunHook):

@@ -1,21 +1,157 @@
-"""Hooks copied from public TF1 codebases, as their authors wrote them, for tests.
+"""Real SessionRunHooks from public TF1 codebases, copied unchanged, with their sources.
 
-Each block names its source. The only change is the module prefix: the code
-called `tf.*` of TensorFlow 1, which is `tf.compat.v1.*` today, so `tf` below is
-`tensorflow.compat.v1`; nothing else is edited, bugs included.
+Each section names the repository, path and commit its code was copied from;
+the code between the markers is as it is there (helpers they call included).
+It was written for TensorFlow 1, where `import tensorflow as tf` meant the TF1
+API: here `tf` is `tensorflow.compat.v1`, that same API in TF2, plus the two
+names TF2 removed that these hooks use (`tf.estimator.SessionRunHook` and
+`tf.contrib.framework.get_variables_to_restore`, given from what they were).
+What a hook imports that is not installed here (Horovod, NVIDIA's dllogger,
+mlflow) is replaced by the smallest stand-in, marked STAND-IN and said why.
 """
 
-# pylint: skip-file
-from __future__ import print_function
+from __future__ import annotations
 
-import tensorflow.compat.v1 as tf
+import functools
+import logging
+import types
+from typing import Any
 
-# -- OpenNMT-tf ------------------------------------------------------------------
-# Source: OpenNMT/OpenNMT-tf, opennmt/utils/hooks.py (the TF1 releases, v1.x),
-# `add_counter` and `CountersHook`. MIT License, Copyright (c) 2017-present The
-# OpenNMT Authors. A model_fn registered counters with `add_counter`; the hook
-# logs each counter's rate of increase, per second.
+import numpy as np
+import six
+import tensorflow
 
+# pylint: disable=invalid-name,missing-docstring,unused-argument,protected-access,redefined-outer-name
+
+
+class _TF1(types.ModuleType):
+    """`tensorflow` as this TF1 code used it: `tensorflow.compat.v1`, then the TF2 names it lacks."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return getattr(tensorflow.compat.v1, name)
+        except AttributeError:
+            return getattr(tensorflow, name)
+
+
+tf = _TF1("tf")
+# tf.estimator was removed in TF 2.16; its SessionRunHook was tf.compat.v1.train's.
+tf.estimator = types.SimpleNamespace(SessionRunHook=tensorflow.compat.v1.train.SessionRunHook)
+
+
+# =============================================================================
+# google-research/tf-slim, tf_slim/ops/variables.py,
+# commit 550196c9db2b76d9e23bc394f4dd02df78159a6a. In TF1 these were
+# tf.contrib.framework.get_variables / get_variables_to_restore (tf-slim was contrib.framework).
+# =============================================================================
+from tensorflow.python.framework import ops  # noqa: E402
+from tensorflow.python.ops import variable_scope  # noqa: E402
+
+
+def get_variables(scope=None,
+                  suffix=None,
+                  collection=ops.GraphKeys.GLOBAL_VARIABLES):
+  """Gets the list of variables, filtered by scope and/or suffix.
+
+  Args:
+    scope: an optional scope for filtering the variables to return. Can be a
+      variable scope or a string.
+    suffix: an optional suffix for filtering the variables to return.
+    collection: in which collection search for. Defaults to
+      `GraphKeys.GLOBAL_VARIABLES`.
+
+  Returns:
+    a list of variables in collection with scope and suffix.
+  """
+  if scope and isinstance(scope, variable_scope.VariableScope):
+    scope = scope.name
+  if suffix is not None:
+    if ':' not in suffix:
+      suffix += ':'
+    scope = (scope or '') + '.*' + suffix
+  return ops.get_collection(collection, scope)
+
+
+def get_variables_to_restore(include=None, exclude=None):
+  """Gets the list of the variables to restore.
+
+  Args:
+    include: an optional list/tuple of scope strings for filtering which
+      variables from the VARIABLES collection to include. None would include all
+      the variables.
+    exclude: an optional list/tuple of scope strings for filtering which
+      variables from the VARIABLES collection to exclude. None it would not
+      exclude any.
+
+  Returns:
+    a list of variables to restore.
+
+  Raises:
+    TypeError: include or exclude is provided but is not a list or a tuple.
+  """
+  if include is None:
+    # Include all variables.
+    vars_to_include = get_variables()
+  else:
+    if not isinstance(include, (list, tuple)):
+      raise TypeError('include is provided but is not a list or a tuple.')
+    vars_to_include = []
+    for scope in include:
+      vars_to_include += get_variables(scope)
+  vars_to_exclude = set()
+  if exclude is not None:
+    if not isinstance(exclude, (list, tuple)):
+      raise TypeError('exclude is provided but is not a list or a tuple.')
+    for scope in exclude:
+      vars_to_exclude |= set(get_variables(scope))
+  # Exclude the variables in vars_to_exclude
+  return [v for v in vars_to_include if v not in vars_to_exclude]
+# ============================================================================= end of copy
+
+tf.contrib = types.SimpleNamespace(
+    framework=types.SimpleNamespace(get_variables_to_restore=get_variables_to_restore)
+)
+
+
+# =============================================================================
+# OpenNMT/OpenNMT-tf, opennmt/utils/misc.py, commit f2b54f30ea8b56c090f6fd77ae5785305876fb30.
+# =============================================================================
+def count_parameters():
+  """Returns the total number of trainable parameters."""
+  total = 0
+  for variable in tf.trainable_variables():
+    shape = variable.get_shape()
+    count = 1
+    for dim in shape:
+      count *= dim.value
+    total += count
+  return total
+# ============================================================================= end of copy
+
+misc = types.SimpleNamespace(count_parameters=count_parameters)  # how hooks.py imports it
+from tensorflow.python.summary.writer.writer_cache import FileWriterCache as SummaryWriterCache  # noqa: E402
+
+
+# =============================================================================
+# OpenNMT/OpenNMT-tf, opennmt/utils/hooks.py, commit 0aaf920fab890ae2ca7552a8c1a6999a7ccd866f.
+# (`dim.value` above needs TF1 shapes: tf.compat.v1.disable_v2_tensorshape(), as
+# under MonitoredSession in TF2.)
+# =============================================================================
+class LogParametersCountHook(tf.train.SessionRunHook):
+  """Simple hook that logs the number of trainable parameters."""
+
+  def begin(self):
+    tf.logging.info("Number of trainable parameters: %d", misc.count_parameters())
+
+# ============================================================================= end of copy
+
+
+# =============================================================================
+# OpenNMT/OpenNMT-tf, opennmt/utils/hooks.py, a later TF1 release of the same file
+# (v1.x: `add_counter` returns the counter, `CountersHook` takes `counters=` and
+# skips its first interval); the commit is not known here. A model_fn registered
+# counters with `add_counter`; the hook logs their rates of increase per second.
+# =============================================================================
 _DEFAULT_COUNTERS_COLLECTION = "counters"
 
 
@@ -105,3 +241,733 @@ class CountersHook(tf.train.SessionRunHook):
               self._summary_writer.add_summary(summary, step)
             tf.logging.info("%s: %g", name, value)
           self._last_count[i] = counters[i]
+# ============================================================================= end of copy
+
+
+# STAND-IN for deepr.utils.mlflow: the hooks below call it only with use_mlflow=True.
+mlflow = None
+import re  # noqa: E402
+from collections import defaultdict  # noqa: E402
+from typing import Tuple  # noqa: E402
+
+LOGGER = logging.getLogger("deepr")
+
+
+# =============================================================================
+# criteo/deepr, deepr/hooks/log_variables_init.py, commit 5d50e2a5c1d15245016bc14b49a7fec44abf376b.
+# =============================================================================
+class LogVariablesInitHook(tf.train.SessionRunHook):
+    """Log Variables Statistics after initialization."""
+
+    def __init__(
+        self,
+        use_mlflow: bool = False,
+        whitelist: Tuple[str, ...] = None,
+        blacklist: Tuple[str, ...] = ("adam", "beta", "stopping", "step"),
+    ):
+        self.use_mlflow = use_mlflow
+        self.whitelist = whitelist
+        self.blacklist = blacklist
+
+    def after_create_session(self, session, coord):
+        """Log average norm and number of zeros of variables values."""
+        super().after_create_session(session, coord)
+
+        # Compute norms and num_zeros for each variable in the graph
+        average_norms = defaultdict(list)
+        num_zeros = defaultdict(list)
+        for var in tf.global_variables():
+            if self.whitelist is not None and not any(name in var.name.lower() for name in self.whitelist):
+                continue
+            if self.blacklist is not None and any(name in var.name.lower() for name in self.blacklist):
+                continue
+            value = session.run(var)
+            average_norms[f"{_get_name(var)}_init_average_norm"].append(_average_norm(value))
+            num_zeros[f"{_get_name(var)}_init_num_zeros"].append(_num_zeros(value))
+
+        # Average norms and sum zeros for partitioned variables
+        average_norms = {name: np.mean(values) for name, values in average_norms.items()}
+        num_zeros = {name: sum(values) for name, values in num_zeros.items()}
+
+        # Log results
+        metrics = {**average_norms, **num_zeros}
+        for name, value in metrics.items():
+            LOGGER.info(f"{name} = {value}")
+        if self.use_mlflow:
+            mlflow.log_metrics(metrics)
+
+
+def _get_name(var) -> str:
+    """Normalize name of Tensorflow variable"""
+    parts = var.name.split("/")
+    filtered = "/".join([part for part in parts if not part.startswith("part")])
+    return re.sub(r":\d+", "", filtered)
+
+
+def _average_norm(array) -> float:
+    """Compute average norm of array"""
+    if len(array.shape) > 1:
+        return float(np.mean(np.linalg.norm(array, axis=-1)))
+    else:
+        return float(np.mean(np.abs(array)))
+
+
+def _num_zeros(array) -> int:
+    """Compute number of zeros rows of array."""
+    if len(array.shape) > 1:
+        reduced = np.sum(array, axis=tuple(range(1, len(array.shape))))
+        is_zero = np.equal(reduced, np.zeros_like(reduced))
+    else:
+        is_zero = np.equal(array, np.zeros_like(array))
+    return int(np.sum(is_zero))
+# ============================================================================= end of copy
+
+
+# STAND-INS for Horovod (not installed; it needs MPI or Gloo). `broadcast` is what
+# this process receives from the root rank: the root's value of a variable when
+# the test sets one in ROOT_VALUES (by op name), else its own value, which is
+# what Horovod's broadcast gives the root itself.
+ROOT_VALUES: dict[str, np.ndarray] = {}
+
+
+def broadcast(tensor, root_rank, name=None):
+    root_value = ROOT_VALUES.get(tensor.op.name)
+    if root_value is None:
+        return tf.identity(tensor, name=name)
+    return tf.constant(root_value, dtype=tensor.dtype.base_dtype, name=name)
+
+
+def _executing_eagerly():
+    return tensorflow.executing_eagerly()
+
+
+def _make_subgraph(f):
+    return tensorflow.function(f)
+
+
+_cache = functools.lru_cache(maxsize=None)
+
+
+# =============================================================================
+# horovod/horovod, horovod/tensorflow/functions.py, commit 1b87e1f089fa9e8bb1edb34323dcec2fb17bb9bc.
+# =============================================================================
+@_cache
+def _make_broadcast_group_fn():
+    if _executing_eagerly():
+        # Eager mode will parallelize independent control flow
+        def broadcast_group(variables, root_rank):
+            for var in variables:
+                var.assign(broadcast(var, root_rank))
+
+        return _make_subgraph(broadcast_group)
+    else:
+        # Graph mode requires an Op
+        def broadcast_group(variables, root_rank):
+            return tf.group(*[var.assign(broadcast(var, root_rank))
+                              for var in variables])
+
+        return broadcast_group
+
+
+def broadcast_variables(variables, root_rank):
+    """Broadcasts variables from root rank to all other processes.
+
+    Arguments:
+        variables: variables for broadcast
+        root_rank: rank of the process from which global variables will be broadcasted
+                   to all other processes.
+    """
+    broadcast_group = _make_broadcast_group_fn()
+    return broadcast_group(variables, root_rank)
+# ============================================================================= end of copy
+
+
+# =============================================================================
+# horovod/horovod, horovod/tensorflow/__init__.py, commit 007acc35577bfc58b1c029b18620ff10370fb313.
+# =============================================================================
+try:
+    _global_variables = tf.compat.v1.global_variables
+except AttributeError:
+    try:
+        _global_variables = tf.global_variables
+    except AttributeError:
+        _global_variables = None
+
+if _global_variables is not None:
+    def broadcast_global_variables(root_rank):
+        """Broadcasts all global variables from root rank to all other processes.
+
+        **NOTE:** deprecated in TensorFlow 2.0.
+
+        Arguments:
+            root_rank: rank of the process from which global variables will be broadcasted
+                       to all other processes.
+        """
+        if _executing_eagerly():
+            raise RuntimeError(
+                "hvd.broadcast_global_variables() does not support eager execution. "
+                "Please use `hvd.broadcast_variables(<model/optimizer variables>)` instead."
+            )
+
+        return broadcast_variables(_global_variables(), root_rank)
+
+try:
+    _get_default_graph = tf.compat.v1.get_default_graph
+except AttributeError:
+    try:
+        _get_default_graph = tf.get_default_graph
+    except AttributeError:
+        _get_default_graph = None
+
+try:
+    _SessionRunHook = tf.estimator.SessionRunHook
+except AttributeError:
+    try:
+        _SessionRunHook = tf.train.SessionRunHook
+    except AttributeError:
+        _SessionRunHook = None
+
+if _SessionRunHook is not None and _get_default_graph is not None:
+    class BroadcastGlobalVariablesHook(_SessionRunHook):
+        """
+        SessionRunHook that will broadcast all global variables from root rank
+        to all other processes during initialization.
+
+        This is necessary to ensure consistent initialization of all workers when
+        training is started with random weights or restored from a checkpoint.
+
+        **NOTE:** deprecated in TensorFlow 2.0.
+        """
+
+        def __init__(self, root_rank, device=''):
+            """Construct a new BroadcastGlobalVariablesHook that will broadcast all
+            global variables from root rank to all other processes during initialization.
+
+            Args:
+              root_rank:
+                Rank that will send data, other ranks will receive data.
+              device:
+                Device to be used for broadcasting. Uses GPU by default
+                if Horovod was built with HOROVOD_GPU_OPERATIONS.
+            """
+            super(BroadcastGlobalVariablesHook, self).__init__()
+            self.root_rank = root_rank
+            self.bcast_op = None
+            self.device = device
+
+        def begin(self):
+            if not self.bcast_op or self.bcast_op.graph != _get_default_graph():
+                with tf.device(self.device):
+                    self.bcast_op = broadcast_global_variables(self.root_rank)
+
+        def after_create_session(self, session, coord):
+            session.run(self.bcast_op)
+# ============================================================================= end of copy
+
+
+# =============================================================================
+# tensorflow/tensor2tensor, tensor2tensor/utils/restore_hook.py,
+# commit 0d149eaeb07acac9b8967935f44694e8d308e49e.
+# =============================================================================
+class RestoreHook(tf.train.SessionRunHook):
+  """Restore variables from a checkpoint path."""
+
+  def __init__(self, checkpoint_path="", new_model_scope="", old_model_scope="",
+               include=None, exclude=None):
+    self._checkpoint_path = checkpoint_path
+    self._new_model_scope = new_model_scope
+    self._old_model_scope = old_model_scope
+    self._include = include
+    self._exclude = exclude
+
+  def begin(self):
+    """Load variables from checkpoint.
+
+    New model variables have the following name foramt:
+    new_model_scope/old_model_scope/xxx/xxx:0 To find the map of
+    name to variable, need to strip the new_model_scope and then
+    match the old_model_scope and remove the suffix :0.
+
+    """
+    variables_to_restore = tf.contrib.framework.get_variables_to_restore(
+        include=self._include, exclude=self._exclude)
+    # remove new_model_scope from variable name prefix
+    assignment_map = {variable.name[len(self._new_model_scope):]: variable
+                      for variable in variables_to_restore
+                      if variable.name.startswith(self._new_model_scope)}
+    # remove :0 from variable name suffix
+    assignment_map = {name.split(":")[0]: variable
+                      for name, variable in six.iteritems(assignment_map)
+                      if name.startswith(self._old_model_scope)}
+    self._assignment_map = assignment_map
+
+    tf.logging.info("restoring %d variables from checkpoint %s"%(
+        len(assignment_map), self._checkpoint_path))
+    tf.train.init_from_checkpoint(self._checkpoint_path, self._assignment_map)
+# ============================================================================= end of copy
+
+import os  # noqa: E402
+
+from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
+from tensorboard.backend.event_processing import event_multiplexer  # noqa: E402
+
+
+# =============================================================================
+# tensorflow/tensor2tensor, tensor2tensor/utils/metrics_hook.py,
+# commit 0d149eaeb07acac9b8967935f44694e8d308e49e.
+# =============================================================================
+class MetricsBasedHook(tf.train.SessionRunHook):
+  """Base class for hooks based on summary metrics.
+
+  Subclasses should override _process_metrics.
+
+  If _process_metrics returns True, calls run_context.request_stop().
+
+  This can be used to something like "Stop after the loss has stopped decreasing
+  for 5000 steps.
+  """
+  _RUN_NAME = "run%d"
+
+  def __init__(self, events_dir, subdirs=None, tags=None, every_n_steps=1000):
+    """Construct MetricsBasedHook.
+
+    Args:
+      events_dir: str, top-level directory containing events files.
+      subdirs: list<str>, subdirectories of events_dir that also contain
+        events files. Use "" to specify the top-level directory. Defaults to
+        [""].
+      tags: list<str>, names of metrics to collect. Default will collect all
+        metrics.
+      every_n_steps: int, collect metrics every n steps.
+    """
+    self._events_dir = events_dir
+    self._subdirs = subdirs or [""]
+    self._tags = tags
+    self._every_n_steps = every_n_steps
+    self._start_step = None
+    self._event_multiplexer = self._init_multiplexer()
+
+  def _init_multiplexer(self):
+    dirs = [os.path.join(self._events_dir, subdir) for subdir in self._subdirs]
+    run_path_map = dict([(self._RUN_NAME % i, d) for i, d in enumerate(dirs)])
+    return event_multiplexer.EventMultiplexer(run_path_map)
+
+  def begin(self):
+    self._global_step_tensor = tf.train.get_global_step()
+    if self._global_step_tensor is None:
+      raise RuntimeError("Global step must be created to use MetricsBasedHook.")
+
+  def after_create_session(self, session, coord):
+    del coord
+    if self._start_step is None:
+      self._start_step = session.run(self._global_step_tensor)
+
+  def before_run(self, run_context):
+    del run_context
+    return tf.train.SessionRunArgs([self._global_step_tensor])
+
+  def after_run(self, run_context, run_values):
+    global_step = run_values.results[0]
+    if (global_step - self._start_step) % self._every_n_steps != 0:
+      return
+    metrics = self._collect_metrics()
+    self._after_run(run_context, run_values, global_step, metrics)
+
+  def _after_run(self, run_context, run_values, global_step, metrics):
+    del run_values
+    if self._process_metrics(global_step, metrics):
+      run_context.request_stop()
+
+  def _collect_metrics(self):
+    self._event_multiplexer.Reload()
+    subdir_data = {}
+    for i, subdir in enumerate(self._subdirs):
+      subdir_metrics = {}
+
+      accum = self._event_multiplexer.GetAccumulator(self._RUN_NAME % i)
+      for tag in accum.Tags()[event_accumulator.SCALARS]:
+        steps, vals = zip(*[
+            (event.step, event.value) for event in accum.Scalars(tag)])
+        subdir_metrics[tag] = (steps, vals)
+
+      subdir_data[subdir] = subdir_metrics
+    return subdir_data
+
+  def _process_metrics(self, global_step, metrics):
+    """Process the collected metrics.
+
+    Args:
+      global_step: int, the current global step value.
+      metrics: dict<str subdirectory, dict subdir_metrics>. The collected
+        metrics. subdir_metrics is a dict from tag name to tuple of lists. The
+        lists are a list of global steps and a list of values.
+        i.e. subdir_metrics:
+          `dict<str tag, tuple<list<int> global steps, list<float> values>>>`
+
+    Returns:
+      should_stop: bool. If True, will request that the session stops.
+    """
+    del global_step, metrics
+    return False
+
+
+class PlateauOpHook(MetricsBasedHook):
+  """Runs an op when a metric has plateaued."""
+
+  def __init__(self,
+               events_dir,
+               tag,
+               plateau_op,
+               num_plateau_steps=1000,
+               plateau_delta=0.1,
+               plateau_decrease=True,
+               every_n_steps=1000,
+               only_once=False):
+    """See EarlyStoppingHook for args. Runs plateau_op if plateaued."""
+    super(PlateauOpHook, self).__init__(
+        events_dir=events_dir, tags=[tag], every_n_steps=every_n_steps)
+    self._num_plateau_steps = num_plateau_steps
+    self._plateau_delta = plateau_delta
+    self._plateau_decrease = plateau_decrease
+    self._plateau_op = plateau_op
+    self._only_once = only_once
+    self._should_run_op = False
+    self._ever_ran = False
+    self._last_metric_step_seen = 0
+
+  @property
+  def keep_alive(self):
+    if self._only_once and self._ever_ran:
+      return False
+    return True
+
+  def before_run(self, run_context):
+    del run_context
+
+    fetches = [self._global_step_tensor]
+    if self._should_run_op and self.keep_alive:
+      fetches.append(self._plateau_op)
+      self._should_run_op = False
+      self._ever_ran = True
+
+    return tf.train.SessionRunArgs(fetches)
+
+  def _after_run(self, run_context, run_values, global_step, metrics):
+    del run_context
+    del run_values
+    del global_step
+
+    if not self.keep_alive:
+      return
+
+    if not metrics:
+      return
+
+    if not list(metrics.values())[0]:
+      return
+
+    # There should be only a single subdir and a single tag
+    steps, vals = list(metrics.values())[0][self._tags[0]]
+
+    if not steps:
+      return
+
+    last_step = steps[-1]
+    if last_step == self._last_metric_step_seen:
+      return
+    self._last_metric_step_seen = last_step
+
+    if has_metric_plateaued(
+        steps,
+        vals,
+        num_steps=self._num_plateau_steps,
+        delta=self._plateau_delta,
+        decrease=self._plateau_decrease):
+      self._should_run_op = True
+
+
+def has_metric_plateaued(steps, values, num_steps=100, delta=0.1,
+                         decrease=True):
+  """Check if metric has plateaued.
+
+  A metric has plateaued if the value has not increased/decreased (depending on
+  `decrease`) by `delta` for at least `num_steps`.
+
+  Args:
+    steps: list<int> list of global steps for values.
+    values: list<float> list of metric values.
+    num_steps: int, number of steps the metric has to have been plateaued for.
+    delta: float, how much the metric should have changed by over num_steps.
+    decrease: bool, whether to check if the metric has decreased by delta or
+      increased by delta.
+
+  Returns:
+    bool, whether the metric has plateaued.
+  """
+  assert num_steps > 0
+  if len(steps) < 2:
+    return False
+
+  steps_at_least_num_steps_ago = [
+      s for s in steps if s <= (steps[-1] - num_steps)
+  ]
+  if not steps_at_least_num_steps_ago:
+    # Not enough steps yet
+    return False
+  delta_step_idx = len(steps_at_least_num_steps_ago) - 1
+
+  start_val = values[delta_step_idx]
+  values_to_check = values[delta_step_idx:]
+  observed_deltas = []
+  for val in values_to_check:
+    if decrease:
+      observed_delta = start_val - val
+    else:
+      observed_delta = val - start_val
+    observed_deltas.append(observed_delta)
+
+  within_range = [obs < delta for obs in observed_deltas]
+  return all(within_range)
+# ============================================================================= end of copy
+
+import signal  # noqa: E402
+import time  # noqa: E402
+
+
+class dllogger:  # noqa: N801
+    """STAND-IN for NVIDIA's dllogger (not installed): keeps what the hooks log."""
+
+    logged: list[tuple[Any, dict]] = []
+
+    @classmethod
+    def log(cls, data, step):
+        cls.logged.append((step, dict(data)))
+
+
+class hvd:  # noqa: N801
+    """STAND-IN for horovod.tensorflow, one process: the sum over one process is its own value."""
+
+    Sum = "Sum"
+
+    @staticmethod
+    def allreduce(tensor, op=None, name=None):
+        return tf.identity(tensor, name=name)
+
+
+def is_using_hvd():
+    """STAND-IN for utils.hvd_utils.is_using_hvd: the Horovod branch, which feeds its own placeholder."""
+    return True
+
+
+# =============================================================================
+# NVIDIA/DeepLearningExamples, TensorFlow/Classification/ConvNets/utils/hooks/training_hooks.py,
+# commit 33110132cc60095a772194cef51254b03e7d1801.
+# =============================================================================
+class MeanAccumulator:
+
+    def __init__(self):
+        self.sum = 0
+        self.count = 0
+
+    def consume(self, value):
+        self.sum += value
+        self.count += 1
+
+    def value(self):
+        if self.count:
+            return self.sum / self.count
+        else:
+            return 0
+
+
+class TrainingLoggingHook(tf.estimator.SessionRunHook):
+
+    def __init__(
+        self, global_batch_size, num_steps, num_samples, num_epochs, steps_per_epoch, warmup_steps=20, logging_steps=1
+    ):
+        self.global_batch_size = global_batch_size
+        self.num_steps = num_steps
+        self.num_samples = num_samples
+        self.num_epochs = num_epochs
+        self.steps_per_epoch = steps_per_epoch
+        self.warmup_steps = warmup_steps
+        self.logging_steps = logging_steps
+
+        self.current_step = 0
+        self.current_epoch = 0
+        self.t0 = None
+
+        self.mean_throughput = MeanAccumulator()
+
+    # Determines if its the last step of the epoch
+    def _last_step_of_epoch(self, global_step):
+        return (global_step + 1) // self.steps_per_epoch > (global_step // self.steps_per_epoch)
+
+    def before_run(self, run_context):
+        run_args = tf.train.SessionRunArgs(
+            fetches=[
+                tf.train.get_global_step(), 'cross_entropy_loss_ref:0', 'l2_loss_ref:0', 'total_loss_ref:0',
+                'learning_rate_ref:0'
+            ]
+        )
+
+        self.t0 = time.time()
+
+        return run_args
+
+    def after_run(self, run_context, run_values):
+        global_step, cross_entropy, l2_loss, total_loss, learning_rate = run_values.results
+        batch_time = time.time() - self.t0
+        ips = self.global_batch_size / batch_time
+
+        metrics = {
+            "imgs_per_sec": ips,
+            "cross_entropy": cross_entropy,
+            "l2_loss": l2_loss,
+            "total_loss": total_loss,
+            "learning_rate": learning_rate
+        }
+
+        if self.current_step >= self.warmup_steps:
+            self.mean_throughput.consume(metrics['imgs_per_sec'])
+
+            if (self.current_step % self.logging_steps) == 0:
+                metrics = {k: float(v) for k, v in metrics.items()}
+                dllogger.log(data=metrics, step=(int(global_step // self.steps_per_epoch), int(global_step)))
+
+        self.current_step += 1
+
+        if self._last_step_of_epoch(global_step):
+            metrics = {
+                "cross_entropy": cross_entropy,
+                "l2_loss": l2_loss,
+                "total_loss": total_loss,
+                "learning_rate": learning_rate
+            }
+            metrics = {k: float(v) for k, v in metrics.items()}
+            dllogger.log(data=metrics, step=(int(global_step // self.steps_per_epoch), ))
+            self.current_epoch += 1
+
+
+class TrainingPartitionHook(tf.estimator.SessionRunHook):
+
+    def __init__(self, sync_freq=10):
+        super().__init__()
+        self.signal_recieved = False
+        self.sync_freq = sync_freq
+        self.global_step = 0
+
+        signal.signal(signal.SIGUSR1, self._signal_handler)
+        signal.signal(signal.SIGTERM, self._signal_handler)
+
+    def begin(self):
+        if is_using_hvd():
+            with tf.device("/cpu:0"):
+                self.input_op = tf.placeholder(tf.int32, shape=())
+                self.allreduce_op = hvd.allreduce(self.input_op, op=hvd.Sum, 
+                                                  name="signal_handler_all_reduce")
+
+    def before_run(self, run_context):
+        fetches = [tf.train.get_global_step()]
+        feed_dict = None
+
+        if is_using_hvd() and (self.global_step % self.sync_freq) == 0:
+            fetches += [self.allreduce_op]
+            feed_dict = {self.input_op: int(self.signal_recieved)}
+            
+        return tf.train.SessionRunArgs(fetches, feed_dict=feed_dict)
+
+    def after_run(self, run_context, run_values):
+        self.global_step = run_values.results[0] + 1
+
+        if is_using_hvd() and len(run_values.results) == 2:
+            if run_values.results[1] > 0:
+                run_context.request_stop()
+        elif self.signal_recieved:
+            run_context.request_stop()
+
+    def _signal_handler(self, signum, frame):
+        print("Stop signal received")
+        self.signal_recieved = True
+# ============================================================================= end of copy
+
+
+# =============================================================================
+# tensorflow/estimator, tensorflow_estimator/python/estimator/early_stopping.py,
+# commit 07d38ddc4e1daaf244bdccb06da667bbecd6cce7 (written against TF2's `tf`;
+# the names it uses are the same in tf.compat.v1).
+# =============================================================================
+class _MultiWorkerEarlyStoppingHook(tf.compat.v1.train.SessionRunHook):
+  """Hook that requests stop when `should_stop_fn` returns `True`."""
+
+  def _get_or_create_stop_var_with_aggregation(self):
+    with tf.compat.v1.variable_scope(
+        name_or_scope='signal_early_stopping',
+        values=[],
+        reuse=tf.compat.v1.AUTO_REUSE):
+      return tf.compat.v1.get_variable(
+          name='STOP',
+          shape=[],
+          dtype=tf.dtypes.int32,
+          initializer=tf.compat.v1.keras.initializers.constant(0),
+          collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES],
+          synchronization=tf.VariableSynchronization.ON_WRITE,
+          aggregation=tf.compat.v1.VariableAggregation.SUM,
+          trainable=False)
+
+  def __init__(self, should_stop_fn, run_every_steps=None):
+    if not callable(should_stop_fn):
+      raise TypeError('`should_stop_fn` must be callable.')
+
+    self._should_stop_fn = should_stop_fn
+    self._timer = tf.compat.v1.train.SecondOrStepTimer(
+        every_secs=None, every_steps=run_every_steps)
+    self._global_step_tensor = None
+    self._stop_var = None
+    self._stop_op = None
+    self._non_stop_op = None
+
+  def begin(self):
+    self._global_step_tensor = tf.compat.v1.train.get_global_step()
+    self._stop_var = self._get_or_create_stop_var_with_aggregation()
+    assert tf.distribute.in_cross_replica_context()
+
+    strategy = tf.distribute.get_strategy()
+    self._stop_placeholder = None
+
+    def stop_op_fn(var):
+      placeholder = tf.compat.v1.placeholder_with_default(
+          0, tuple(), name='stop_value')
+      if self._stop_placeholder is None:
+        self._stop_placeholder = placeholder
+      return var.assign_add(placeholder)
+
+    self._stop_op = strategy.run(
+        stop_op_fn, args=(self._stop_var,))
+
+  def before_run(self, run_context):
+    del run_context
+    return tf.compat.v1.train.SessionRunArgs({
+        'global_step': self._global_step_tensor,
+        'stop_var': self._stop_var
+    })
+
+  def after_run(self, run_context, run_values):
+    global_step = run_values.results['global_step']
+    should_early_stop = run_values.results['stop_var']
+
+    if should_early_stop > 0:
+      tf.compat.v1.logging.info('Early stopping requested, suspending run.')
+      run_context.request_stop()
+      return
+    if self._timer.should_trigger_for_step(global_step):
+      self._timer.update_last_triggered_step(global_step)
+      if self._should_stop_fn():
+        run_context.session.run(
+            self._stop_op, feed_dict={self._stop_placeholder: 1})
+        tf.compat.v1.logging.info('Requesting early stopping at global step %d',
+                        global_step)
+      else:
+        run_context.session.run(
+            self._stop_op, feed_dict={self._stop_placeholder: 0})
+# ============================================================================= end of copy

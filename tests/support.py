@@ -29,19 +29,28 @@ def make_data(n: int = 320, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def make_model(
-    K: Any = keras, steps_per_execution: int = 1, metrics: tuple[str, ...] = ("accuracy",)
+    K: Any = keras,
+    steps_per_execution: int = 1,
+    metrics: tuple[str, ...] = ("accuracy",),
+    layer_names: tuple[str | None, str | None] = (None, None),
+    learning_rate: Any = LEARNING_RATE,
 ) -> keras.Model:
-    """Returns a compiled small MLP of the Keras package `K` (keras or tf_keras)."""
+    """Returns a compiled small MLP of the Keras package `K` (keras or tf_keras).
+
+    Layers are named by Keras (`dense_7`, ...) unless `layer_names` names them;
+    `("dense", "dense_1")` gives the names TF1's `tf.compat.v1.layers` gave, so
+    its variables are `dense/kernel:0` ... in the adapter graph, as in `tf1_mlp`.
+    """
     K.utils.set_random_seed(0)
     model = K.Sequential(
         [
             K.Input((N_FEATURES,)),
-            K.layers.Dense(N_HIDDEN, activation="relu"),
-            K.layers.Dense(N_CLASSES),
+            K.layers.Dense(N_HIDDEN, activation="relu", name=layer_names[0]),
+            K.layers.Dense(N_CLASSES, name=layer_names[1]),
         ]
     )
     model.compile(
-        optimizer=K.optimizers.SGD(LEARNING_RATE),
+        optimizer=K.optimizers.SGD(learning_rate),
         loss=K.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=list(metrics),
         steps_per_execution=steps_per_execution,
@@ -202,60 +211,6 @@ BATCH = 32
 _X, _Y = make_data()
 
 
-def run_tf1_mlp(
-    weights: Sequence[np.ndarray],
-    make_hooks: Callable[[dict[str, Any]], Any],
-    steps: int,
-    x: np.ndarray = _X,
-    y: np.ndarray = _Y,
-    before_step: Callable[[], None] | None = None,
-) -> None:
-    """Trains `make_model`'s MLP as a TF1 `model_fn` built it, under a real MonitoredSession.
-
-    The graph starts from `weights` (a Keras model's `get_weights()`), reads `x`, `y`
-    in unshuffled batches of `BATCH`, and names what TF1 hooks fetched: `"loss"` and
-    `"accuracy"`, each the batch's own value, as TF1 tensors held them.
-
-    Args:
-        weights: The initial kernels and biases of the two Dense layers.
-        make_hooks: Called in the graph with the model's tensors ("features",
-            "labels", "logits", "predictions", "loss", "accuracy"); returns the hooks.
-        steps: Train steps to run.
-        x, y: The data, repeated.
-        before_step: Called before each `session.run` (to advance a fake clock).
-    """
-    v1 = tf.compat.v1
-    with tf.Graph().as_default():
-        global_step = v1.train.get_or_create_global_step()
-        read = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
-        batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).repeat()
-        features, labels = v1.data.make_one_shot_iterator(batches).get_next()
-        def dense(inputs: Any, name: str, kernel: np.ndarray, bias: np.ndarray) -> Any:
-            # What tf.compat.v1.layers.dense built (gone with Keras 3): dense/kernel, dense/bias.
-            with v1.variable_scope(name):
-                k = v1.get_variable("kernel", initializer=kernel.astype("float32"), use_resource=False)
-                b = v1.get_variable("bias", initializer=bias.astype("float32"), use_resource=False)
-            return tf.nn.bias_add(tf.matmul(inputs, k), b)
-
-        hidden = tf.nn.relu(dense(features, "dense", weights[0], weights[1]))
-        logits = dense(hidden, "dense_1", weights[2], weights[3])
-        loss = tf.identity(v1.losses.sparse_softmax_cross_entropy(labels, logits), name="loss")
-        predictions = tf.argmax(logits, 1)
-        tf.reduce_mean(tf.cast(tf.equal(labels, predictions), tf.float32), name="accuracy")
-        with tf.control_dependencies([read]):  # hooks read the step from before its increment
-            train_op = v1.train.GradientDescentOptimizer(LEARNING_RATE).minimize(loss, global_step=global_step)
-        graph = v1.get_default_graph()
-        tensors = {"features": features, "labels": labels, "logits": logits, "predictions": predictions,
-                   "loss": loss, "accuracy": graph.get_tensor_by_name("accuracy:0")}
-        with v1.train.MonitoredSession(hooks=make_hooks(tensors)) as session:
-            for _ in range(steps):
-                if session.should_stop():
-                    break
-                if before_step is not None:
-                    before_step()
-                session.run(train_op)
-
-
 def Recorder(
     K: Any,
     x: np.ndarray = _X,
@@ -346,3 +301,105 @@ def run_keras(
     model.fit(_X[:n], _Y[:n], batch_size=BATCH, epochs=max_steps // steps_per_epoch, verbose=0,
               callbacks=[*callbacks, HookCallback(hooks)])
     return iterations(model)
+
+
+# -- the same MLP as a TF1 graph, for differential tests of the model's variables --
+
+TF1_NAMES = ("dense", "dense_1")
+
+
+def weights_of(model: Any) -> list[np.ndarray]:
+    """The model's weights as numpy arrays (kernel, bias, kernel, bias)."""
+    return [np.asarray(keras.ops.convert_to_numpy(w)) for w in model.weights]
+
+
+def tf1_mlp(weights: Sequence[np.ndarray], learning_rate: float = 0.05, scopes: Sequence[str] = TF1_NAMES) -> Any:
+    """Builds `make_model`'s MLP in the default graph as a TF1 model_fn did, and returns its train op.
+
+    Non-resource variables from `tf.compat.v1.get_variable`, created in the
+    order the adapter graph lists the Keras model's (global step, kernels and
+    biases, learning rate), `weights` as initial values, the loss named
+    `loss`, plain gradient descent (Keras's SGD without momentum). Inputs are
+    the placeholders `x:0` and `y:0`.
+    """
+    v1 = tf.compat.v1
+    keys = v1.GraphKeys
+    step = v1.get_variable("global_step", [], tf.int64, v1.zeros_initializer(), trainable=False,
+                           use_resource=False, collections=[keys.GLOBAL_VARIABLES, keys.GLOBAL_STEP])
+    x = v1.placeholder(tf.float32, [None, N_FEATURES], name="x")
+    y = v1.placeholder(tf.int64, [None], name="y")
+    h = x
+    for i, scope in enumerate(scopes):
+        with v1.variable_scope(scope):
+            kernel = v1.get_variable("kernel", initializer=weights[2 * i], use_resource=False)
+            bias = v1.get_variable("bias", initializer=weights[2 * i + 1], use_resource=False)
+        h = tf.matmul(h, kernel) + bias
+        if i == 0:
+            h = tf.nn.relu(h)
+    tf.identity(h, name="logits")
+    rate = v1.get_variable("learning_rate", initializer=np.float32(learning_rate), trainable=False,
+                           use_resource=False)
+    loss = tf.identity(
+        tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h)), name="loss"
+    )
+    # As in `run_tf1`: the step read that hooks use happens before the increment.
+    read = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
+    with tf.control_dependencies([read]):
+        return v1.train.GradientDescentOptimizer(rate).minimize(loss, global_step=step)
+
+
+class FinalValues(tf.compat.v1.train.SessionRunHook):
+    """Keeps every global variable's value at `end()`, by name without `:0`."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def end(self, session: Any) -> None:
+        variables = tf.compat.v1.global_variables()
+        values = session.run(variables)
+        self.values = {v.op.name: value for v, value in zip(variables, values)}
+
+
+def run_tf1_mlp(
+    hooks: Any, weights: Sequence[np.ndarray], steps: int, learning_rate: float = 0.05,
+    scopes: Sequence[str] = TF1_NAMES, before_step: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Trains `tf1_mlp` for `steps` batches of `BATCH` (in order) under a real MonitoredSession.
+
+    Args:
+        hooks: The hooks, or a zero-argument function that builds them in the graph.
+        weights: The initial weights (from a Keras model: `weights_of(model)`).
+        steps: Batches to train; the 10 batches of the data repeat, as epochs of a fit would.
+        before_step: Called before each `session.run` (to advance a fake clock).
+
+    Returns:
+        The global variables' values at the end, by name (`"dense/kernel"`).
+    """
+    final = FinalValues()
+    with tf.Graph().as_default():
+        train_op = tf1_mlp(weights, learning_rate, scopes)
+        hook_list = list(hooks() if callable(hooks) else hooks)
+        with tf.compat.v1.train.MonitoredSession(hooks=[*hook_list, final]) as session:
+            for i in range(steps):
+                if session.should_stop():
+                    break
+                if before_step is not None:
+                    before_step()
+                batch = slice(i % 10 * BATCH, (i % 10 + 1) * BATCH)
+                session.run(train_op, {"x:0": _X[batch], "y:0": _Y[batch]})
+    return final.values
+
+
+def fit_mlp(
+    K: Any, hooks: Any, steps: int, model: Any = None, names: Any = None, **compile_args: Any
+) -> Any:
+    """The Keras side of `run_tf1_mlp`: `steps` batches of `BATCH`, in order, under `HookCallback(hooks)`.
+
+    Returns:
+        The model (layers named as TF1 named them), trained.
+    """
+    model = model or make_model(K, layer_names=TF1_NAMES, **compile_args)
+    n = steps * BATCH
+    model.fit(_X[:n], _Y[:n], batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[HookCallback(hooks, names=names)])
+    return model

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hooks2callbacks import BatchValueError, HookCallback, UnknownLogKeyError
+from hooks2callbacks import BatchValueError, HookCallback, UnknownLogKeyError, log_tensor
 from support import OnlyAfterRun, RecordingHook, make_data, make_model
 
 T = tf.compat.v1.train
@@ -129,6 +129,34 @@ def model_without_optimizer() -> None:
     fit(OnlyAfterRun(), model=model)
 
 
+STRAY = tf.Variable(1.0, name="stray")  # an eager variable that is no model's
+
+
+def write_to_a_scheduled_rate() -> None:
+    model = make_model(learning_rate=keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5))
+    fit(Fetches(lambda: tf.compat.v1.assign(
+        tf.compat.v1.get_default_graph().get_tensor_by_name("learning_rate:0"), 0.0)), model=model)
+
+
+class Feeds(Fetches):
+    """Fetches an op on `placeholder`, feeding it."""
+
+    def __init__(self, placeholder: tf.Tensor) -> None:
+        super().__init__(placeholder * 1.0)
+        self.placeholder = placeholder
+
+    def before_run(self, run_context):
+        return T.SessionRunArgs(self.args, feed_dict={self.placeholder: 1.0})
+
+
+def fed_by_two_hooks() -> None:
+    def make():
+        shared = tf.compat.v1.placeholder(tf.float32, [], name="shared")
+        return [Feeds(shared), Feeds(shared)]
+
+    fit(make)
+
+
 FULL_TRACE = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
 LOG_KEYS = r"Available log keys: \['accuracy', 'loss'\]"
 ACCEPTED = r"Accepted: a Keras log key .* or a dict, list, tuple or namedtuple of these"
@@ -155,6 +183,8 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"takes a hook, .*got <class .*NanTensorHook'> of type type"),
     ("feed-fn-hook", lambda: HookCallback([T.FeedFnHook(lambda: {})]), TypeError,
      r"item 0 is a FeedFnHook.*not from feeds.*tf\.data\.Dataset\.map"),
+    ("feed-fn-hook-alone", lambda: HookCallback(T.FeedFnHook(lambda: {})), TypeError,
+     r"HookCallback\(hooks=\.\.\.\) got a FeedFnHook.*not from feeds.*tf\.data\.Dataset\.map"),
     ("duplicate-hook", lambda: HookCallback([h := OnlyAfterRun(), h]), ValueError,
      r"item 1 \(OnlyAfterRun\) appears twice in the list\. .*pass it once"),
     ("hook-in-hooks-and-chief-only", lambda: HookCallback(h := OnlyAfterRun(), chief_only_hooks=[h]), ValueError,
@@ -190,9 +220,17 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"tf\.compat\.v1\.train\.SessionRunArgs\(fetches\)"),
     ("before-run-returns-a-dict", lambda: fit(Returns({"fetches": "loss"})), TypeError,
      r"Returns\.before_run\(\) returned \{'fetches': 'loss'\} of type dict"),
-    ("feed-dict", lambda: fit(Returns(T.SessionRunArgs("loss", feed_dict={"x:0": 1}))), ValueError,
-     r"Returns\.before_run\(\) returned SessionRunArgs with feed_dict=\{'x:0': 1\}\. Keras has no feeds.*"
-     r"tf\.data map, or a keras\.utils\.PyDataset"),
+    ("feed-dict-of-a-model-input", lambda: fit(Returns(T.SessionRunArgs("loss", feed_dict={"x:0": 1}))), ValueError,
+     r"Returns\.before_run\(\) feeds 'x:0', which names no tensor of the adapter graph\. Feed only placeholders "
+     r"the hook built in begin\(\).*Keras takes its inputs from the data given to fit\(\)/evaluate\(\).*"
+     r"tf\.data map or a keras\.utils\.PyDataset"),
+    ("feed-dict-of-a-log-tensor", lambda: fit(Returns(lambda: T.SessionRunArgs("loss", feed_dict={log_tensor("loss"): 1.0}))),
+     ValueError, r"Returns\.before_run\(\) feeds <tf\.Tensor 'keras_logs/loss:0'.*>, the tensor of the Keras log key "
+     r"'loss'\. Its value is what Keras logged for the step, and a feed would replace it\. Feed only placeholders the "
+     r"hook built itself in begin\(\)"),
+    ("feed-dict-of-the-global-step", lambda: fit(Returns(T.SessionRunArgs("loss", feed_dict={"global_step:0": 7}))),
+     ValueError, r"Returns\.before_run\(\) feeds 'global_step:0', the global step\. Its value is the Keras "
+     r"optimizer's step count \(model\.optimizer\.iterations\), and a feed would replace it"),
     ("full-trace", lambda: fit(Returns(T.SessionRunArgs("loss", options=FULL_TRACE))), ValueError,
      r"Returns\.before_run\(\) requested RunOptions with trace_level=FULL_TRACE.*"
      r"keras\.callbacks\.TensorBoard\(profile_batch=\.\.\.\)"),
@@ -229,6 +267,37 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"class defines its own update_state.*Either pass HookCallback\(\.\.\., values='running_mean'\)"),
     ("session-run-numpy", lambda: fit(SessionRun(np.ones(1))), TypeError,
      rf"SessionRun\.after_run\(\) \(through session\.run\) fetched .* of type ndarray\. {ACCEPTED}"),
+    ("unknown-tf1-names", lambda: fit(Fetches(["cross_entropy:0", "loss", "train_accuracy"])), UnknownLogKeyError,
+     rf"Fetches\.before_run\(\) fetched the Keras log keys 'cross_entropy', 'train_accuracy', which this step's logs "
+     rf"do not contain\. {LOG_KEYS}\. Names map: none \(HookCallback\(names=\.\.\.\) was not given\)\. .*"
+     r"HookCallback\(names=\{'tf1_name': 'loss'\}\)"),
+    ("unknown-name-with-a-names-map", lambda: fit(HookCallback(Fetches("l2_loss"), names={"cross_entropy": "loss"})),
+     UnknownLogKeyError, rf"fetched the Keras log key 'l2_loss'.*{LOG_KEYS}\. Names map: \{{'cross_entropy': 'loss'\}}"),
+    # -- the model's variables ------------------------------------------------------------
+    ("write-to-a-scheduled-learning-rate", write_to_a_scheduled_rate, ValueError,
+     r"Fetches\.before_run\(\) runs the op 'Assign(_\d+)?' \(Assign\), which writes 'learning_rate': the optimizer's "
+     r"learning rate is computed from the global step by a schedule \(or a callable\) at every step, so a value "
+     r"written to it would be overwritten\. Compile with a float rate .*keras\.callbacks\.LearningRateScheduler"),
+    ("eager-variable-not-of-the-model", lambda: fit(Fetches(lambda: tf.multiply(STRAY, 2.0))), ValueError,
+     r"Fetches\.begin\(\) used the eager variable 'stray:0' in an op of the adapter graph, and it is neither the "
+     r"Keras model's nor its optimizer's.*HookCallback\(names=\{'some_name': variable\}\)"),
+    ("a-placeholder-fed-by-two-hooks", fed_by_two_hooks, RuntimeError,
+     r"Feeds\.before_run\(\) feeds \['shared:0'\], which another hook feeds in the same step\."),
+    # -- HookCallback(names=...) ------------------------------------------------------------
+    ("names-not-a-dict", lambda: HookCallback([], names=[("cross_entropy", "loss")]), TypeError,
+     r"HookCallback\(names=\.\.\.\) takes a dict from TF1 names to Keras log keys or variables, such as "
+     r"\{'cross_entropy': 'loss'\}, got \[\('cross_entropy', 'loss'\)\] of type list"),
+    ("names-key-not-a-name", lambda: HookCallback([], names={"cross entropy": "loss"}), ValueError,
+     r"HookCallback\(names=\.\.\.\): the key 'cross entropy' is not a TF1 tensor name\. Use names such as "
+     r"'cross_entropy' or 'cross_entropy:0'"),
+    ("names-value-a-number", lambda: HookCallback([], names={"learning_rate_ref": 0.05}), TypeError,
+     r"HookCallback\(names=\.\.\.\): 'learning_rate_ref' maps to 0\.05 of type float\. A TF1 name maps to a Keras "
+     r"log key or another name \(a str, such as 'loss' or 'learning_rate'\), or to a variable"),
+    ("names-value-a-scheduled-rate", lambda: HookCallback([], names={"lr": tf.constant(0.1)}), TypeError,
+     r"'lr' maps to .* of type EagerTensor\..* A learning rate that a schedule computes is a tensor, not a "
+     r"variable: map the name to 'learning_rate' instead"),
+    ("names-in-a-circle", lambda: HookCallback([], names={"a": "b", "b": "a:0"}), ValueError,
+     r"HookCallback\(names=\.\.\.\): the names \['a', 'b'\] map to each other in a circle"),
 ]
 
 
@@ -279,3 +348,22 @@ def test_steps_per_execution_warns_for_hooks_that_count_calls(make_hooks, warned
         assert "steps_per_execution=3, so hooks are called once per 3 steps" in messages[0]
         assert f"count those calls as steps: {warned} " in messages[0]
         assert "compile with steps_per_execution=1" in messages[0]
+
+
+def test_reading_an_empty_collection_a_model_fn_filled_warns_naming_hook_collection_and_what_to_do():
+    class Predictions:
+        def begin(self):
+            self.predictions = tf.compat.v1.get_collection("predictions")
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(Predictions())
+    messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert messages == [
+        "HookCallback: Predictions.begin() read the graph collection 'predictions', which is empty. A TF1 "
+        "model_fn filled it, and a Keras model does not, so the hook sees nothing there (a count of 0, nothing "
+        "to log or broadcast). HookCallback fills GLOBAL_VARIABLES, TRAINABLE_VARIABLES and MODEL_VARIABLES (the "
+        "model's and optimizer's variables) and LOSSES (the loss). Fill this one yourself in a hooks factory, "
+        "before making the hooks (tf.compat.v1.add_to_collection('predictions', "
+        "hooks2callbacks.log_tensor('some_key'))), or change the hook to fetch log keys or variables."
+    ]

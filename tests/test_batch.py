@@ -31,6 +31,7 @@ from support import (
     make_model,
     needs_backend,
     run_tf1_mlp,
+    weights_of,
 )
 
 T = tf.compat.v1.train
@@ -365,11 +366,13 @@ def test_opennmt_counters_hook_and_logging_hook_log_what_they_logged_under_tf1(K
     under a real MonitoredSession training the same model, and through HookCallback."""
     steps, every = 20, 5
     model = make_model(K)
-    start = model.get_weights()
+    start = weights_of(model)
 
-    def tf1_hooks(tensors: dict[str, Any]) -> list[Any]:
-        correct = tf.reduce_sum(tf.cast(tf.equal(tensors["labels"], tensors["predictions"]), tf.int64))
-        real_hooks.add_counter("correct", correct)
+    def tf1_hooks() -> list[Any]:
+        graph = tf.compat.v1.get_default_graph()
+        predictions = tf.argmax(graph.get_tensor_by_name("logits:0"), 1)
+        correct = tf.reduce_sum(tf.cast(tf.equal(graph.get_tensor_by_name("y:0"), predictions), tf.int64))
+        real_hooks.add_counter("correct", correct)  # in the model_fn
         return [real_hooks.CountersHook(every_n_steps=every), T.LoggingTensorHook(["loss"], every_n_iter=every)]
 
     def keras_hooks() -> list[Any]:
@@ -377,7 +380,7 @@ def test_opennmt_counters_hook_and_logging_hook_log_what_they_logged_under_tf1(K
         real_hooks.add_counter("correct", tf.round(log_tensor("accuracy") * BATCH))
         return [real_hooks.CountersHook(every_n_steps=every), T.LoggingTensorHook(["loss"], every_n_iter=every)]
 
-    run_tf1_mlp(start, tf1_hooks, steps, before_step=lambda: setattr(clock, "now", clock.now + 1.0))
+    run_tf1_mlp(tf1_hooks, start, steps, before_step=lambda: setattr(clock, "now", clock.now + 1.0))
     tf1_lines = list(tf_info)
     tf_info.clear()
     model.fit(X_320, Y_320, batch_size=BATCH, epochs=2, verbose=0, shuffle=False,

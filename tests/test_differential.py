@@ -32,3 +32,295 @@ def test_stop_at_step_hook_stops_where_tf1_stops(K, kwargs):
         run(hooks, max_steps=20)
         records[system] = calls
     assert records["keras"] == records["tf1"]
+
+
+# -- the model's variables: real hooks under MonitoredSession and under HookCallback --
+#
+# `run_tf1_mlp` trains the same MLP as a TF1 graph (same initial weights, data
+# order and plain SGD) under a real MonitoredSession; `fit_mlp` trains the Keras
+# model. Without hooks the two end within 1e-8 of each other, so what a hook
+# reads or writes is compared at a tight tolerance.
+
+import logging  # noqa: E402
+import os  # noqa: E402
+
+import numpy as np  # noqa: E402
+from tensorflow.python.training import training_util  # noqa: E402
+
+import real_hooks  # noqa: E402
+from support import (  # noqa: E402
+    TF1_NAMES, fit_mlp, iterations, make_data, make_model, read_scalars, run_tf1_mlp, tf1_mlp, weights_of,
+)
+
+V1 = tf.compat.v1
+WEIGHTS = ("dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias")
+TOLERANCE = 1e-5
+
+
+def initial_weights(K):
+    return weights_of(make_model(K, layer_names=TF1_NAMES))
+
+
+def assert_same_weights(tf1_values, model, atol=TOLERANCE):
+    for name, value in zip(WEIGHTS, weights_of(model)):
+        np.testing.assert_allclose(value, tf1_values[name], atol=atol, err_msg=name)
+
+
+def learning_rate_of(model):
+    return float(np.asarray(model.optimizer.learning_rate))
+
+
+@pytest.fixture
+def v1_shapes():
+    """TF1 shapes (`dim.value`), as TF1 code run under TF2 needs them, for both loops."""
+    V1.disable_v2_tensorshape()
+    yield
+    V1.enable_v2_tensorshape()
+
+
+@pytest.fixture
+def logged():
+    """Messages the real hooks log at INFO (to the `tensorflow` and `deepr` loggers)."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            if record.filename == "real_hooks.py":
+                messages.append(record.getMessage())
+
+    handler = Collect(level=logging.INFO)
+    loggers = [tf.get_logger(), logging.getLogger("deepr")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.INFO)
+        logger.addHandler(handler)
+    yield messages
+    for logger, level in zip(loggers, levels):
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def test_parameter_count_and_variable_statistics_hooks_log_what_tf1_logged(K, v1_shapes, logged):
+    # tf_keras's SGD has momentum slots (at momentum 0) that TF1's GradientDescentOptimizer
+    # had not: left out by the hook's own blacklist, as Adam's were.
+    blacklist = ("adam", "beta", "stopping", "step", "sgd/")
+    hooks = lambda: [real_hooks.LogParametersCountHook(), real_hooks.LogVariablesInitHook(blacklist=blacklist)]  # noqa: E731
+    run_tf1_mlp(hooks, initial_weights(K), steps=2)
+    tf1, logged[:] = list(logged), []
+    fit_mlp(K, hooks, steps=2)
+    assert "Number of trainable parameters: 195" in tf1
+    assert logged == tf1  # counts, and each variable's norm and zeros read through session.run
+
+
+class AfterUpdate(V1.train.SessionRunHook):
+    """Reads the weight norm in a run of its own after each step: the value after the update."""
+
+    def begin(self):
+        self.norm = tf.linalg.global_norm(V1.trainable_variables())
+        self.values = []
+
+    def after_run(self, run_context, run_values):
+        self.values.append(float(run_context.session.run(self.norm)))
+
+
+def test_weight_norm_summary_holds_the_value_after_each_update(K, tmp_path):
+    # Under TF1 the summary op runs in the step's own run, racing with the
+    # update (its value differs between identical runs); the adapter computes
+    # it after Keras's step, which is the value a run after the step reads.
+    def hooks(directory, recorder=None):
+        def make():
+            V1.summary.scalar("weight_norm", tf.linalg.global_norm(V1.trainable_variables()))
+            V1.summary.histogram("kernel", V1.get_default_graph().get_tensor_by_name("dense/kernel:0"))
+            summaries = V1.train.SummarySaverHook(save_steps=3, output_dir=directory, summary_op=V1.summary.merge_all())
+            return [summaries] + ([recorder] if recorder else [])
+        return make
+
+    after = AfterUpdate()
+    run_tf1_mlp(hooks(str(tmp_path / "tf1"), after), initial_weights(K), steps=10)
+    fit_mlp(K, hooks(str(tmp_path / "keras")), steps=10)
+    tf1, keras_ = read_scalars(tmp_path / "tf1")["weight_norm"], read_scalars(tmp_path / "keras")["weight_norm"]
+    assert [s for s, _ in keras_] == [s for s, _ in tf1] == [1, 4, 7, 10]
+    np.testing.assert_allclose([v for _, v in keras_], [after.values[s - 1] for s, _ in tf1], atol=TOLERANCE)
+    histograms = {}
+    for name in ("tf1", "keras"):
+        events = real_hooks.event_accumulator.EventAccumulator(
+            str(tmp_path / name), size_guidance={real_hooks.event_accumulator.HISTOGRAMS: 0}
+        )
+        events.Reload()
+        histograms[name] = [(e.step, e.histogram_value.num) for e in events.Histograms("kernel")]
+    assert histograms["keras"] == histograms["tf1"] == [(s, 8 * 16) for s in (1, 4, 7, 10)]
+
+
+def test_broadcast_hook_writes_the_root_values_into_keras_as_into_tf1(K, monkeypatch):
+    root = make_model(K, layer_names=TF1_NAMES)
+    for layer in root.layers:
+        layer.set_weights([w + 0.5 for w in layer.get_weights()])  # the root rank's weights differ
+    monkeypatch.setattr(real_hooks, "ROOT_VALUES", dict(zip(WEIGHTS, weights_of(root))))
+
+    class Listed(V1.train.SessionRunHook):
+        def begin(self):
+            self.names = [v.name for v in V1.global_variables()]
+
+    listed = {"tf1": Listed(), "keras": Listed()}
+    tf1 = run_tf1_mlp([real_hooks.BroadcastGlobalVariablesHook(0), listed["tf1"]], initial_weights(K), steps=5)
+    model = fit_mlp(K, [real_hooks.BroadcastGlobalVariablesHook(0), listed["keras"]], steps=5)
+    assert listed["tf1"].names == [
+        "global_step:0", "dense/kernel:0", "dense/bias:0", "dense_1/kernel:0", "dense_1/bias:0", "learning_rate:0"
+    ]
+    # tf_keras's SGD adds its (momentum 0) slots, which a TF1 GradientDescentOptimizer did not have.
+    extra = listed["keras"].names[6:]
+    assert listed["keras"].names[:6] == listed["tf1"].names and all(n.startswith("SGD/m/") for n in extra)
+    assert_same_weights(tf1, model)  # trained on from the root's weights
+    assert iterations(model) == tf1["global_step"] == 5
+
+
+def write_tf1_checkpoint(directory, K, steps=7, learning_rate=0.02, scopes=TF1_NAMES):
+    """Trains `tf1_mlp` from other initial weights and saves it with a TF1 Saver; returns the values saved."""
+    other = [w * 2.0 + 0.1 for w in initial_weights(K)]
+    data_x, data_y = make_data()
+    with tf.Graph().as_default():
+        train_op = tf1_mlp(other, learning_rate, scopes)
+        saver = V1.train.Saver()
+        with V1.Session() as session:
+            session.run(V1.global_variables_initializer())
+            for i in range(steps):
+                session.run(train_op, {"x:0": data_x[i * 32:(i + 1) * 32], "y:0": data_y[i * 32:(i + 1) * 32]})
+            values = {v.op.name: session.run(v) for v in V1.global_variables()}
+            saver.save(session, os.path.join(str(directory), "model.ckpt"), global_step=steps)
+    return values
+
+
+class StepsSeen(V1.train.SessionRunHook):
+    """Keeps the (stale) global steps and the kernel at session creation."""
+
+    def begin(self):
+        self.step = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
+        self.seen = []
+
+    def after_create_session(self, session, coord):
+        self.kernel_at_creation = session.run("dense/kernel:0")
+
+    def before_run(self, run_context):
+        return V1.train.SessionRunArgs(self.step)
+
+    def after_run(self, run_context, run_values):
+        self.seen.append(int(run_values.results))
+
+
+def test_tensor2tensor_restore_hook_warm_starts_keras_from_a_tf1_checkpoint(K, tmp_path):
+    saved = write_tf1_checkpoint(tmp_path, K)
+    seen = {"tf1": StepsSeen(), "keras": StepsSeen()}
+    checkpoint = str(tmp_path)
+    # Everything but tf_keras's SGD slots, which the TF1 graph had not (a no-op elsewhere).
+    restore = lambda: real_hooks.RestoreHook(checkpoint, exclude=["SGD"])  # noqa: E731
+    tf1 = run_tf1_mlp([restore(), seen["tf1"]], initial_weights(K), steps=3)
+    model = fit_mlp(K, [restore(), seen["keras"]], steps=3)
+    # Restored at session creation: weights, learning rate and global step, as under TF1.
+    np.testing.assert_allclose(seen["keras"].kernel_at_creation, saved["dense/kernel"])
+    np.testing.assert_allclose(seen["tf1"].kernel_at_creation, saved["dense/kernel"])
+    assert seen["keras"].seen == seen["tf1"].seen == [7, 8, 9]
+    assert learning_rate_of(model) == pytest.approx(tf1["learning_rate"]) == pytest.approx(0.02)
+    assert_same_weights(tf1, model)
+    assert iterations(model) == tf1["global_step"] == 10
+
+
+class WarmStart(StepsSeen):
+    """init_from_checkpoint with an assignment_map from other scope names, as in TF's own docstring."""
+
+    def __init__(self, checkpoint):
+        self.checkpoint = checkpoint
+
+    def begin(self):
+        super().begin()
+        V1.train.init_from_checkpoint(
+            self.checkpoint, {"tf1_model/hidden/": "dense/", "tf1_model/logits/": "dense_1/"}
+        )
+
+
+def test_init_from_checkpoint_with_an_assignment_map_restores_renamed_weights_only(K, tmp_path):
+    saved = write_tf1_checkpoint(tmp_path, K, scopes=("tf1_model/hidden", "tf1_model/logits"))
+    hooks = {"tf1": WarmStart(str(tmp_path)), "keras": WarmStart(str(tmp_path))}
+    tf1 = run_tf1_mlp([hooks["tf1"]], initial_weights(K), steps=4)
+    model = fit_mlp(K, [hooks["keras"]], steps=4)
+    for hook in hooks.values():
+        np.testing.assert_allclose(hook.kernel_at_creation, saved["tf1_model/hidden/kernel"])
+    assert hooks["keras"].seen == hooks["tf1"].seen == [0, 1, 2, 3]  # the step was not in the map
+    assert_same_weights(tf1, model)
+    assert learning_rate_of(model) == pytest.approx(tf1["learning_rate"]) == pytest.approx(0.05)
+
+
+def test_plateau_op_hook_halves_the_learning_rate_as_under_tf1(K, tmp_path):
+    # The "eval" events the hook reads: a loss that no longer decreases.
+    events = tmp_path / "eval"
+    with tf.Graph().as_default():
+        writer = V1.summary.FileWriter(str(events))
+        for step in range(6):
+            writer.add_summary(V1.Summary(value=[V1.Summary.Value(tag="loss", simple_value=1.0)]), step)
+        writer.close()
+    rates = {}
+
+    class Rate(V1.train.SessionRunHook):
+        def __init__(self, name):
+            self.name = name
+
+        def before_run(self, run_context):
+            return V1.train.SessionRunArgs("learning_rate:0")
+
+        def after_run(self, run_context, run_values):
+            rates.setdefault(self.name, []).append(float(run_values.results))
+
+    def hooks(name):
+        def make():
+            rate = V1.get_default_graph().get_tensor_by_name("learning_rate:0")
+            decay = V1.assign(rate, rate * 0.5)
+            plateau = real_hooks.PlateauOpHook(str(events), "loss", decay, num_plateau_steps=2, every_n_steps=2,
+                                               only_once=True)
+            return [plateau, Rate(name)]
+        return make
+
+    tf1 = run_tf1_mlp(hooks("tf1"), initial_weights(K), steps=8)
+    model = fit_mlp(K, hooks("keras"), steps=8)
+    # The plateau is seen after step 0 and the op runs with step 1's fetches, once. TF1
+    # fetched the rate in that same run, racing with the assign (it read 0.05 here);
+    # the adapter reads after the step's writes. From step 2 on they agree.
+    assert rates["tf1"][:2] == pytest.approx([0.05, 0.05]) and rates["keras"][:2] == pytest.approx([0.05, 0.025])
+    assert rates["keras"][2:] == pytest.approx(rates["tf1"][2:]) == [0.025] * 6
+    assert learning_rate_of(model) == pytest.approx(tf1["learning_rate"]) == pytest.approx(0.025)
+    # Step 1's update raced with the assign under TF1 too, so TF1's weights vary
+    # by up to one step's difference; the adapter's are those of a TF1 run that
+    # assigns right after step 1, before step 2.
+    assert_same_weights(tf1, model, atol=0.01)
+
+    class DecayAfterStep1(V1.train.SessionRunHook):
+        def begin(self):
+            rate = V1.get_default_graph().get_tensor_by_name("learning_rate:0")
+            self.decay, self.steps = V1.assign(rate, rate * 0.5), 0
+
+        def after_run(self, run_context, run_values):
+            self.steps += 1
+            if self.steps == 2:
+                run_context.session.run(self.decay)
+
+    assert_same_weights(run_tf1_mlp([DecayAfterStep1()], initial_weights(K), steps=8), model)
+
+
+class Load(V1.train.SessionRunHook):
+    """`variable.load(value, session)`: at session creation, and again after step 3."""
+
+    def begin(self):
+        self.bias = [v for v in V1.global_variables() if v.op.name == "dense_1/bias"][0]
+        self.steps = 0
+
+    def after_create_session(self, session, coord):
+        self.bias.load(np.array([0.5, -0.5, 0.25], np.float32), session)
+
+    def after_run(self, run_context, run_values):
+        self.steps += 1
+        if self.steps == 3:
+            self.bias.load(np.zeros(3, np.float32), run_context.session)
+
+
+def test_variable_load_sets_the_keras_weight_as_under_tf1(K):
+    tf1 = run_tf1_mlp([Load()], initial_weights(K), steps=6)
+    model = fit_mlp(K, [Load()], steps=6)
+    assert_same_weights(tf1, model)

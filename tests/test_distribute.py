@@ -89,6 +89,19 @@ def test_mirrored_strategy_hooks_see_global_batch_values_and_each_step_once(mirr
     assert run["final_means"] == pytest.approx(run["evaluated"], rel=1e-6)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
+def test_mirrored_strategy_writes_reach_every_replica_and_hooks_begin_in_cross_replica_context(mirrored, flavour):
+    run = mirrored[flavour]
+    # Rate 0 assigned at session creation, bias [1, 2, 3] in the first step: every replica has them at the end.
+    assert run["begin_in_cross_replica_context"] is True
+    assert run["replica_biases"] == [[1.0, 2.0, 3.0]] * 2 and run["replica_rates"] == [0.0, 0.0]
+    # tensorflow/estimator's _MultiWorkerEarlyStoppingHook (its begin() asserts a cross-replica
+    # context, and its stop op is a per-replica assign_add fed through a placeholder) checks at
+    # steps 0 and 3, asks to stop at 3, and the stop variable ends training after step 4.
+    assert run["early_stop_checks"] == [1, 2] and run["early_stop_iterations"] == 5
+
+
 def free_ports(n: int) -> list[int]:
     sockets = [socket.socket() for _ in range(n)]
     try:
@@ -143,3 +156,18 @@ def test_multi_worker_chief_only_hooks_and_a_stop_on_one_worker(tmp_path):
     assert restore_checkpoint(restored, str(tmp_path / "hooks0" / "ckpt")).endswith("model.ckpt-4")
     assert iterations(restored) == last + 1
     assert not (tmp_path / "hooks1").exists()
+
+
+def test_across_workers_an_error_in_begin_says_the_hooks_run_outside_the_strategy():
+    # Under MultiWorkerMirroredStrategy the callback runs begin() outside the strategy
+    # (a local session cannot run its collectives) and says so on an error from there.
+    from hooks2callbacks._dispatch import HookRunner
+
+    class NeedsCrossReplica(tf.compat.v1.train.SessionRunHook):
+        def begin(self):
+            assert tf.distribute.in_cross_replica_context()
+
+    runner = HookRunner([[NeedsCrossReplica()]], make_model(), 0, advances=True, outside_strategy_note="the note")
+    with pytest.raises(AssertionError) as info:
+        runner.begin()
+    assert info.value.__notes__ == ["Raised in NeedsCrossReplica.begin(), called by HookCallback.", "the note"]

@@ -237,6 +237,12 @@ def graph_saver():
 def test_hooks_that_cannot_work_are_refused_at_construction(tmp_path, make_hook, message):
     with pytest.raises(TypeError, match=message):
         HookCallback([make_hook(str(tmp_path))])
+    # One hook without a list is refused as well, with the same reason.
+    alone = message.replace(r"item 0 is a", r"HookCallback\(hooks=\.\.\.\) got a")
+    with pytest.raises(TypeError, match=alone):
+        HookCallback(make_hook(str(tmp_path)))
+    with pytest.raises(TypeError, match=alone.replace("hooks=", "chief_only_hooks=")):
+        HookCallback([], chief_only_hooks=make_hook(str(tmp_path)))
 
 
 def test_a_refused_hook_from_a_factory_is_refused_at_fit_naming_the_factory(tmp_path):

@@ -1,0 +1,521 @@
+"""The Keras model inside the adapter graph: its variables as TF1 variables.
+
+Real TF1 hooks reach into the model graph: `tf.compat.v1.trainable_variables()`
+to count parameters or take norms, `global_variables()` to broadcast them,
+`tf.compat.v1.train.init_from_checkpoint` to warm-start them, assign ops to
+decay a learning rate. A `ModelMirror` gives a run's adapter graph one TF1
+variable per variable of the Keras model and of its optimizer, made on first
+need: a run whose hooks never look at them pays nothing for them.
+
+* **Names**, by one rule: the Keras path (`Variable.path` in Keras 3, the name
+  without `:0` in tf_keras), less the model's own name as prefix; characters
+  TF refuses in op names become `_` (and a leading one gets a `v` in front); a
+  clash gets `_1`, `_2`, ... as TF1 uniquified names. So the Keras 3 path
+  `sequential/dense/kernel` is `dense/kernel:0`, as `tf.compat.v1.layers.dense`
+  named it. The optimizer's learning rate is `learning_rate` (its path works
+  too); the optimizer's step counter is the graph's global step.
+* **Collections**: model weights in `GLOBAL_VARIABLES` and `MODEL_VARIABLES`,
+  the trainable ones in `TRAINABLE_VARIABLES` too; the optimizer's variables
+  (a learning rate that is a variable, the slots) in `GLOBAL_VARIABLES`; all in
+  the variable store, where `init_from_checkpoint` looks names up.
+* **Values**: a mirror variable keeps no state of its own. A graph run that
+  only reads a mirror variable through its value tensor is fed the current
+  Keras value there; one that writes it (or reads its ref) first loads the
+  Keras value into the variable, and after the run the new values of the
+  written variables are assigned to the Keras variables
+  (`AdapterSession.run_graph`, the one place that syncs). A fetch of a mirror
+  variable itself just reads the Keras variable.
+* **init_from_checkpoint** replaces a variable's initializer, as in TF1; the
+  session runs those initializers when it is made, right after every `begin()`
+  (as a TF1 `Scaffold` did), and assigns the restored values to Keras.
+* A learning rate computed by a `LearningRateSchedule` (or a callable) reads
+  as the schedule's value at the current step, and cannot be written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any, Callable, Iterator, Mapping
+
+import keras
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.eager import context
+from tensorflow.python.framework import ops, tensor_conversion_registry
+from tensorflow.python.ops import resource_variable_ops
+
+from hooks2callbacks._graph import Unsealed
+
+_KEYS = tf.compat.v1.GraphKeys
+LEARNING_RATE = "learning_rate"
+# Characters TF refuses in op names, and what a name may start with.
+_REFUSED = re.compile(r"[^A-Za-z0-9_.\-/>]")
+_FIRST = re.compile(r"[A-Za-z0-9.]")
+# Ops that do not change the variable whose ref they take.
+_READS_REF = frozenset({"IsVariableInitialized"})
+
+
+def read_variable(variable: Any, model: Any = None) -> Any:
+    """Reads an eager TF or Keras variable, also from inside the adapter graph's context."""
+    # Keras's JAX trainer keeps the state outside the variables during an epoch;
+    # this writes it back (as `Callback.model` does), so the value is current.
+    sync = getattr(model, "jax_state_sync", None)
+    if sync is not None:
+        sync()
+    # tf.init_scope does not leave a graph entered with as_default().
+    with context.eager_mode():
+        # A TF variable (also Keras 3's on the TF backend) reads fastest with numpy():
+        # np.array() goes through a deprecation warning, and for a scalar mirrored
+        # variable fails (its __array__ gives a numpy scalar).
+        value = variable.value if isinstance(variable, keras.Variable) else variable
+        if isinstance(value, tf.Variable):
+            return np.asarray(value.numpy())
+        return keras.ops.convert_to_numpy(variable)
+
+
+def write_variable(variable: Any, value: Any, model: Any = None) -> None:
+    """Assigns `value` to an eager TF or Keras variable, so that Keras's next step uses it."""
+    # After a JAX sync the trainer takes its state from the variables again
+    # at the next batch (`_jax_state_synced`), so the assignment survives.
+    sync = getattr(model, "jax_state_sync", None)
+    if sync is not None:
+        sync()
+    with context.eager_mode():
+        variable.assign(value)
+
+
+class Entry:
+    """One Keras variable (or computed learning rate) and its TF1 variable in the graph.
+
+    Attributes:
+        name: The TF1 op name, such as `dense/kernel`.
+        source: The Keras (or tf_keras) variable, or None for a computed rate.
+        trainable: Whether it is in `TRAINABLE_VARIABLES`.
+        collections: The other graph collections it is in.
+        read: Returns the current Keras value.
+        read_only: Why it cannot be written, or None.
+        variable: The TF1 variable, once built.
+    """
+
+    __slots__ = ("name", "source", "trainable", "collections", "dtype", "shape", "read", "write", "read_only",
+                 "variable", "feed", "load_op")
+
+    def __init__(
+        self,
+        source: Any,
+        trainable: bool,
+        collections: tuple[str, ...],
+        read: Callable[[], Any],
+        write: Callable[[Any], None] | None,
+        read_only: str | None = None,
+        dtype: tf.DType | None = None,
+        shape: tuple[int, ...] | None = None,
+    ) -> None:
+        self.name = ""
+        self.source = source
+        self.trainable = trainable
+        self.collections = collections
+        self.dtype = dtype if dtype is not None else _dtype_of(source)
+        self.shape = shape if shape is not None else tuple(source.shape)
+        self.read = read
+        self.write = write
+        self.read_only = read_only
+        self.variable: Any = None
+        self.feed: tf.Tensor | None = None
+        self.load_op: tf.Operation | None = None
+
+    def __repr__(self) -> str:
+        return f"<mirror of {self.name!r}>"
+
+
+class ModelMirror:
+    """The TF1 variables standing for a Keras model's and optimizer's variables in one adapter graph.
+
+    Args:
+        graph: The adapter graph.
+        model: The Keras model.
+        extra: Variables of the names map (`HookCallback(names=...)`), by TF1
+            name; those that are not the model's or the optimizer's are mirrored too.
+        train: Whether the run trains: only then are the optimizer's slots
+            listed, as only a TF1 training graph had them.
+    """
+
+    def __init__(self, graph: tf.Graph, model: Any, extra: Mapping[str, Any], train: bool) -> None:
+        _register_conversions()
+        self._graph = graph
+        self._model = model
+        self._extra = extra
+        self._train = train
+        self._entries: list[Entry] | None = None
+        self._by_name: dict[str, Entry] = {}
+        self._by_source: dict[int, Entry] = {}  # id of a Keras/TF variable (or a replica of it)
+        self._step_sources: set[int] = set()  # ids of optimizer.iterations and what backs it
+        self._by_element: dict[int, Entry] = {}  # id of a TF1 variable or its tensors
+        self.by_op: dict[tf.Operation, Entry] = {}
+        self.rate: Entry | None = None
+        self.built = False
+        self._building = False
+
+    # -- what there is (no graph ops) ------------------------------------------
+
+    def entries(self) -> list[Entry]:
+        """The mirrored variables in collection order: model weights, learning rate, optimizer variables."""
+        if self._entries is None:
+            self._entries = self._collect()
+        return self._entries
+
+    def find(self, name: str) -> Entry | None:
+        """The entry called `name` (a TF1 op name such as `dense/kernel`, or `learning_rate`)."""
+        self.entries()
+        return self._by_name.get(name)
+
+    def of_variable(self, variable: Any) -> Entry | None:
+        """The entry of a Keras or TF variable (or of one replica of it), or None."""
+        self.entries()
+        return self._by_source.get(id(variable))
+
+    def is_step(self, variable: Any) -> bool:
+        """Whether `variable` is the optimizer's step counter, which the graph's global step stands for."""
+        self.entries()
+        return id(variable) in self._step_sources
+
+    def entry_of_element(self, element: Any) -> Entry | None:
+        """The entry whose TF1 variable, or whose variable's tensor, `element` is."""
+        return self._by_element.get(id(element)) if self._by_element else None
+
+    def owns(self, variable: Any) -> bool:
+        """Whether `variable` (of the graph) is a mirror variable."""
+        return id(variable) in self._by_element
+
+    def restored(self) -> list[Entry]:
+        """The entries whose initializer `init_from_checkpoint` replaced."""
+        return [e for e in self._entries or () if e.variable is not None and e.variable.initializer is not e.load_op]
+
+    def _collect(self) -> list[Entry]:
+        model = self._model
+        optimizer = getattr(model, "optimizer", None)
+        ordered: list[Entry] = []  # in collection order
+        named: list[tuple[str, Entry]] = []  # in naming priority: the rate claims its name first
+
+        def add(variable: Any, collections: tuple[str, ...], trainable: bool, name: str) -> None:
+            entry = Entry(variable, trainable, collections, _reader(variable, model), _writer(variable, model))
+            self._index(entry, variable)
+            ordered.append(entry)
+            named.append((name, entry))
+
+        prefix = f"{getattr(model, 'name', '')}/"
+        trainable = {id(v) for v in model.trainable_weights}
+        for variable in model.weights:
+            if id(variable) not in self._by_source:
+                add(variable, (_KEYS.GLOBAL_VARIABLES, _KEYS.MODEL_VARIABLES), id(variable) in trainable,
+                    tf1_name(variable, prefix))
+        if optimizer is not None:
+            for backing in _backing(optimizer.iterations):
+                self._step_sources.add(id(backing))
+            rate = self.rate = _rate_entry(optimizer, model)
+            ordered.append(rate)
+            named.insert(0, (LEARNING_RATE, rate))
+            for backing in _backing(rate.source) + _rate_backing(optimizer):
+                self._by_source.setdefault(id(backing), rate)
+            if self._train:  # a TF1 eval graph had no optimizer slots
+                for variable in _optimizer_variables(optimizer):
+                    if id(variable) not in self._by_source and id(variable) not in self._step_sources:
+                        add(variable, (_KEYS.GLOBAL_VARIABLES,), False, tf1_name(variable, prefix))
+        for name, variable in self._extra.items():
+            if id(variable) not in self._by_source and id(variable) not in self._step_sources:
+                add(variable, (), False, name)
+        used = {self._graph.global_step.op.name}  # type: ignore[attr-defined]
+        for name, entry in named:
+            entry.name = _unique(name, used)
+            self._by_name[entry.name] = entry
+        if self.rate is not None and self.rate.source is not None:
+            # The Keras 3 path of the rate (`sgd/learning_rate`) names it too.
+            self._by_name.setdefault(tf1_name(self.rate.source, prefix), self.rate)
+        return ordered
+
+    def _index(self, entry: Entry, variable: Any) -> None:
+        for backing in _backing(variable):
+            self._by_source.setdefault(id(backing), entry)
+
+    # -- the graph variables -------------------------------------------------------
+
+    def build(self) -> None:
+        """Makes the TF1 variables, once; also after the graph is finalized."""
+        if self.built or self._building:
+            return
+        graph = self._graph
+        self._building = True
+        try:
+            with Unsealed(graph), graph.as_default(), _bare(graph):
+                for entry in self.entries():
+                    self._make(entry)
+            self.built = True
+        finally:
+            self._building = False
+
+    def _make(self, entry: Entry) -> None:
+        def keras_value(shape: Any, dtype: Any = None, partition_info: Any = None) -> tf.Tensor:
+            # The initializer assigns a fed value: what loads the Keras value,
+            # and what `variable.load(value, session)` feeds.
+            return tf.compat.v1.placeholder(entry.dtype, entry.shape, name="keras_value")
+
+        variable = tf.compat.v1.get_variable(
+            entry.name, shape=entry.shape, dtype=entry.dtype, initializer=keras_value,
+            trainable=entry.trainable, collections=list(entry.collections), use_resource=False,
+        )
+        entry.variable = variable
+        entry.load_op = variable.initializer
+        entry.feed = variable.initializer.inputs[1]
+        for element in (variable, variable._ref(), variable.value()):  # pylint: disable=protected-access
+            self._by_element[id(element)] = entry
+        self.by_op[variable.op] = entry
+
+    def tensor(self, entry: Entry) -> tf.Tensor:
+        """The tensor that `graph.get_tensor_by_name` gives for the entry's name (the variable's ref, as in TF1)."""
+        self.build()
+        return entry.variable._ref()  # pylint: disable=protected-access
+
+    # -- values ------------------------------------------------------------------------
+
+    @staticmethod
+    def feeds(entries: tuple[Entry, ...]) -> dict[tf.Tensor, Any]:
+        """The current Keras values of `entries`, to feed their TF1 variables' value tensors."""
+        return {e.variable.value(): e.read() for e in entries}
+
+    def load(self, session: tf.compat.v1.Session, entries: tuple[Entry, ...]) -> None:
+        """Sets the TF1 variables of `entries` to the current Keras values, in one run."""
+        feeds = {e.feed: e.read() for e in entries}
+        session.run([e.load_op for e in entries], feeds)
+
+    def store(self, session: tf.compat.v1.Session, entries: tuple[Entry, ...] | list[Entry], where: str) -> None:
+        """Assigns the values of the TF1 variables of `entries` to their Keras variables.
+
+        Raises:
+            ValueError: An entry cannot be written (`where` says what wrote it).
+        """
+        for entry in entries:
+            if entry.write is None:
+                raise ValueError(f"{where} wrote {entry.name!r}: {entry.read_only}")
+        values = session.run([e.variable for e in entries])
+        for entry, value in zip(entries, values):
+            entry.write(value)
+
+    # -- what a graph run touches ----------------------------------------------------
+
+    def uses(
+        self, ops_seen: set[tf.Operation], where: str
+    ) -> tuple[tuple[Entry, ...], tuple[Entry, ...], tuple[Entry, ...]]:
+        """What a run of `ops_seen` needs of the Keras values.
+
+        Returns:
+            `(fed, loads, stores)`: the entries only read through their value
+            tensor, which the run can be fed; those read otherwise or written,
+            which must be loaded into the TF1 variable first; those written,
+            whose new values go back into Keras.
+
+        Raises:
+            ValueError: An op writes a learning rate that a schedule computes.
+        """
+        if not self.by_op:
+            return (), (), ()
+        touched: dict[Entry, None] = {}
+        written: dict[Entry, None] = {}
+        for op in ops_seen:
+            entry = self.by_op.get(op)
+            if entry is not None:
+                touched[entry] = None
+            writes = writes_ref(op)
+            entry = self.by_op.get(writes) if writes is not None else None
+            if entry is not None:
+                if entry.read_only is not None:
+                    raise ValueError(
+                        f"{where} runs the op {op.name!r} ({op.type}), which writes {entry.name!r}: "
+                        f"{entry.read_only}"
+                    )
+                written[entry] = None
+        fed, loads = [], []
+        for entry in touched:
+            snapshot = entry.variable.value().op
+            others = [op for op in entry.variable._ref().consumers() if op in ops_seen and op is not snapshot]  # pylint: disable=protected-access
+            (loads if others or entry in written else fed).append(entry)
+        return tuple(fed), tuple(loads), tuple(written)
+
+def writes_ref(op: tf.Operation) -> tf.Operation | None:
+    """The variable op whose ref `op` takes as its first input to change it, or None."""
+    if not op.inputs or op.type in _READS_REF:
+        return None
+    first = op.inputs[0]
+    if not first.dtype._is_ref_dtype:  # pylint: disable=protected-access
+        return None
+    if not op.op_def.input_arg[0].is_ref:
+        return None  # auto-dereferenced: a read (Identity, for one)
+    return first.op
+
+
+def tf1_name(variable: Any, model_prefix: str = "") -> str:
+    """The TF1 op name of a Keras variable, by the rule in this module's docstring."""
+    path = getattr(variable, "path", None)
+    if not isinstance(path, str):  # tf_keras, tf.Variable: "dense/kernel:0"
+        path = re.sub(r":\d+$", "", str(getattr(variable, "name", "variable")))
+    if model_prefix and path.startswith(model_prefix):
+        path = path[len(model_prefix):]
+    path = _REFUSED.sub("_", path) or "variable"
+    return path if _FIRST.match(path) else "v" + path
+
+
+def _unique(name: str, used: set[str]) -> str:
+    candidate, count = name, 0
+    while candidate in used:
+        count += 1
+        candidate = f"{name}_{count}"
+    used.add(candidate)
+    return candidate
+
+
+def _dtype_of(variable: Any) -> tf.DType:
+    dtype = variable.dtype
+    if isinstance(dtype, tf.DType):
+        return dtype.base_dtype
+    return tf.as_dtype(keras.backend.standardize_dtype(dtype))
+
+
+def _backing(variable: Any) -> list[Any]:
+    """The variable and what holds its value: a TF backend's tf.Variable, a mirrored variable's replicas."""
+    found = [variable]
+    if variable is None:
+        return []
+    inner = getattr(variable, "_value", None) if isinstance(variable, keras.Variable) else None
+    if isinstance(inner, tf.Variable):
+        found.append(inner)
+        variable = inner
+    if isinstance(variable, tf.distribute.DistributedValues):
+        found.extend(variable.values)
+    return found
+
+
+def _optimizer_variables(optimizer: Any) -> list[Any]:
+    variables = getattr(optimizer, "variables", ())
+    return list(variables() if callable(variables) else variables)
+
+
+def _reader(variable: Any, model: Any) -> Callable[[], Any]:
+    return lambda: read_variable(variable, model)
+
+
+def _writer(variable: Any, model: Any) -> Callable[[Any], None]:
+    return lambda value: write_variable(variable, value, model)
+
+
+_SCHEDULED = (
+    "the optimizer's learning rate is computed from the global step by a schedule "
+    "(or a callable) at every step, so a value written to it would be overwritten. "
+    "Compile with a float rate (a variable, which hooks may assign), or change the "
+    "rate with keras.callbacks.LearningRateScheduler."
+)
+
+
+def _rate_entry(optimizer: Any, model: Any) -> Entry:
+    """The learning rate's entry: a variable, or a value a schedule computes (read-only)."""
+    raw = getattr(optimizer, "_learning_rate", None)
+    if raw is None:  # tf_keras's legacy optimizers keep it as a hyperparameter
+        raw = getattr(optimizer, "_hyper", {}).get(LEARNING_RATE)
+    if isinstance(raw, (tf.Variable, keras.Variable)):
+        return Entry(raw, False, (_KEYS.GLOBAL_VARIABLES,), _reader(raw, model), _writer(raw, model))
+    if isinstance(optimizer, keras.optimizers.Optimizer):
+        def computed() -> Any:
+            if getattr(model, "jax_state_sync", None) is not None:
+                model.jax_state_sync()  # the schedule reads `iterations`
+            with context.eager_mode():
+                return keras.ops.convert_to_numpy(optimizer.learning_rate)
+    else:  # tf_keras: `learning_rate` is the rate of the last step; ask the schedule for the current one
+        def computed() -> Any:
+            with context.eager_mode():
+                value = raw(optimizer.iterations) if callable(raw) else optimizer.learning_rate
+                return np.asarray(value, dtype=np.float32)
+    # Not in GLOBAL_VARIABLES: in TF1 a decayed rate was a tensor, not a variable.
+    return Entry(None, False, (), computed, None, read_only=_SCHEDULED, dtype=tf.float32, shape=())
+
+
+def _rate_backing(optimizer: Any) -> list[Any]:
+    # tf_keras keeps the last step's scheduled rate in a variable of its own.
+    current = getattr(optimizer, "_current_learning_rate", None)
+    return _backing(current) if isinstance(current, tf.Variable) else []
+
+
+@contextlib.contextmanager
+def outside_strategy(graph: tf.Graph) -> Iterator[None]:
+    """Leaves, for the block, the tf.distribute strategy entered on `graph` (for the hooks' `begin`/`end`).
+
+    The adapter's own objects (the mirror's variables, the Keras saver's
+    checkpoint counter) must not become the strategy's variables: a chief-only
+    save would then broadcast alone under MultiWorkerMirroredStrategy.
+    """
+    # pylint: disable=protected-access
+    strategies, creators = graph._distribution_strategy_stack, graph._variable_creator_stack
+    graph._distribution_strategy_stack, graph._variable_creator_stack = [], []
+    try:
+        yield
+    finally:
+        graph._distribution_strategy_stack, graph._variable_creator_stack = strategies, creators
+
+
+@contextlib.contextmanager
+def _bare(graph: tf.Graph) -> Iterator[None]:
+    """No name, variable or device scope, control dependency or tf.distribute strategy.
+
+    The mirror is built on first need, which may be inside a hook's scopes (or
+    inside the model's strategy, in `begin()`); its variables must not depend on them.
+    """
+    with outside_strategy(graph), graph.name_scope(None), graph.control_dependencies(None), graph.device(None), \
+            graph.colocate_with(None, ignore_existing=True), \
+            tf.compat.v1.variable_scope(tf.compat.v1.VariableScope(False), auxiliary_name_scope=False):
+        yield
+
+
+# -- Keras variables used in ops of the adapter graph -------------------------------
+
+_registered = False
+
+
+def _register_conversions() -> None:
+    """Makes a Keras variable used in an op of an adapter graph stand for its mirror variable.
+
+    Without this, `model.optimizer.learning_rate * 0.5` in `begin()` fails with
+    "Attempting to capture an EagerTensor". Registered once, when the first
+    mirror is made; outside an adapter graph the function declines, and TF's
+    own conversion runs.
+    """
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    # Keras 3 TF-backend variables convert through their tf.Variable (`__tf_tensor__`);
+    # tf_keras variables are tf.Variables; JAX and PyTorch Keras variables reach the registry.
+    for kind in (resource_variable_ops.BaseResourceVariable, keras.Variable):
+        tensor_conversion_registry.register_tensor_conversion_function(kind, _to_mirror, priority=50)
+
+
+def _to_mirror(value: Any, dtype: Any = None, name: Any = None, as_ref: bool = False) -> Any:
+    if context.executing_eagerly():
+        return NotImplemented
+    graph = ops.get_default_graph()
+    mirror: ModelMirror | None = getattr(graph, "mirror", None)
+    if mirror is None or getattr(value, "_in_graph_mode", False):
+        return NotImplemented  # not an adapter graph, or a variable of a graph
+    if mirror.is_step(value):
+        variable = graph.global_step  # type: ignore[attr-defined]
+    else:
+        entry = mirror.of_variable(value)
+        if entry is None:
+            caller = getattr(getattr(graph, "owner", None), "caller", "a hook")
+            raise ValueError(
+                f"{caller} used the eager variable {getattr(value, 'name', value)!r} in an op of the "
+                "adapter graph, and it is neither the Keras model's nor its optimizer's, so it has "
+                "no TF1 variable there (TF cannot capture an eager value into a TF1 graph). Give it "
+                "one with HookCallback(names={'some_name': variable}), or use the model's variables: "
+                "tf.compat.v1.trainable_variables(), or by name such as 'dense/kernel:0'."
+            )
+        mirror.build()
+        variable = entry.variable
+    return ops.convert_to_tensor(variable, dtype=dtype, name=name, as_ref=as_ref)

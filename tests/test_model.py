@@ -1,0 +1,372 @@
+"""The Keras model in the adapter graph (`hooks2callbacks._model`): names, collections, reads, writes, names map.
+
+The comparisons with TF1 itself (real hooks under a MonitoredSession) are in
+`test_differential.py`; these check the mapping on a real fit of the small
+MLP, once per flavour (and on JAX and PyTorch through `test_backends.py`).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import real_hooks
+from hooks2callbacks import HookCallback, UnknownLogKeyError, log_tensor
+from hooks2callbacks._graph import AdapterGraph
+from hooks2callbacks._model import tf1_name
+from support import BATCH, TF1_NAMES, Recorder, iterations, make_data, make_model, weights_of
+
+V1 = tf.compat.v1
+X, Y = make_data()
+
+
+def fit(model, hooks, steps=10, names=None, **kwargs):
+    n = steps * BATCH
+    model.fit(X[:n], Y[:n], batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[HookCallback(hooks, names=names, **kwargs)])
+    return model
+
+
+def rate(model):
+    return float(np.asarray(model.optimizer.learning_rate))
+
+
+class Seen(V1.train.SessionRunHook):
+    """Records what `tf.compat.v1` shows in `begin()`, and fetches `fetches` each step."""
+
+    def __init__(self, fetches=None):
+        self.fetches = fetches
+        self.results = []
+
+    def begin(self):
+        self.global_names = [v.name for v in V1.global_variables()]
+        self.trainable = [v.name for v in V1.trainable_variables()]
+        self.model_names = [v.name for v in V1.model_variables()]
+        if callable(self.fetches):
+            self.fetches = self.fetches()
+
+    def before_run(self, run_context):
+        return None if self.fetches is None else V1.train.SessionRunArgs(self.fetches)
+
+    def after_run(self, run_context, run_values):
+        if self.fetches is not None:
+            self.results.append(run_values.results)
+
+
+# -- names and collections -----------------------------------------------------------
+
+
+def test_collections_hold_the_model_variables_by_tf1_names(K):
+    seen = Seen()
+    fit(make_model(K, layer_names=TF1_NAMES), seen, steps=1)
+    weights = ["dense/kernel:0", "dense/bias:0", "dense_1/kernel:0", "dense_1/bias:0"]
+    # tf_keras's SGD keeps a momentum slot per weight even at momentum 0; Keras 3's keeps none.
+    slots = [] if K is keras else [f"SGD/m/{w}" for w in weights]
+    assert seen.global_names == ["global_step:0", *weights, "learning_rate:0", *slots]
+    assert seen.trainable == seen.model_names == weights
+
+
+def test_the_naming_rule_strips_the_model_name_and_what_tf_refuses(K):
+    model = make_model(K)  # layers named by Keras: dense_<n>
+    kernel = model.weights[0]
+    name = tf1_name(kernel, f"{model.name}/")
+    assert re.fullmatch(r"dense(_\d+)?/kernel", name), name
+    assert tf1_name(type("V", (), {"path": "m/my layer/w:x"})(), "m/") == "my_layer/w_x"
+    assert tf1_name(type("V", (), {"path": "_private/w"})()) == "v_private/w"
+
+
+def test_optimizer_slots_are_global_variables_named_by_their_keras_path(K):
+    model = make_model(K, layer_names=TF1_NAMES)
+    model.compile(optimizer=K.optimizers.Adam(0.01), loss=model.loss)
+    seen = Seen()
+    fit(model, seen, steps=1)
+    slots = [n for n in seen.global_names if n not in ("global_step:0", "learning_rate:0") and n not in seen.model_names]
+    assert len(slots) == 8  # two per weight, built before begin() on every flavour
+    assert all(":0" in n and ("dense" in n) for n in slots), slots
+    assert not any("iteration" in n for n in seen.global_names)  # the step counter is the global step
+
+
+def test_a_run_whose_hooks_never_ask_builds_no_model_variable(K):
+    graphs = []
+
+    class Graph(V1.train.SessionRunHook):
+        def begin(self):
+            graphs.append(V1.get_default_graph())
+
+        def before_run(self, run_context):
+            return V1.train.SessionRunArgs(["loss", V1.train.get_global_step()])
+
+    fit(make_model(K), [Graph(), V1.train.StopAtStepHook(last_step=3), V1.train.NanTensorHook("loss")], steps=3)
+    (graph,) = graphs
+    # Names were looked up ("loss"), so the mirror knows its names; it made no variable.
+    assert not graph.mirror.built
+    assert not [op for op in graph.get_operations() if op.type == "VariableV2" and op.name != "global_step"]
+
+
+def test_sealing_does_not_build_and_a_lookup_after_sealing_does():
+    model = make_model()
+    graph = AdapterGraph()
+    from hooks2callbacks._model import ModelMirror
+
+    graph.mirror = ModelMirror(graph, model, {}, train=True)
+    graph.seal()
+    assert not graph.mirror.built and graph.finalized
+    kernel = graph.get_tensor_by_name(f"{model.layers[0].name}/kernel:0")
+    assert graph.mirror.built and graph.finalized and kernel.dtype._is_ref_dtype
+
+
+# -- reads ---------------------------------------------------------------------------------
+
+
+def test_reads_give_each_step_s_value_after_its_update(K):
+    norm_of = lambda: tf.linalg.global_norm(V1.trainable_variables())  # noqa: E731
+    seen = Seen(lambda: {"norm": norm_of(), "kernel": "dense/kernel:0", "rate": "learning_rate",
+                         "by_variable": V1.trainable_variables()[2]})
+    model = fit(make_model(K, layer_names=TF1_NAMES), seen, steps=5)
+    kernels = [r["kernel"] for r in seen.results]
+    assert all(not np.allclose(a, b) for a, b in zip(kernels, kernels[1:]))  # the trainer's state, each step
+    final = weights_of(model)
+    np.testing.assert_allclose(kernels[-1], final[0])
+    np.testing.assert_allclose(seen.results[-1]["by_variable"], final[2])
+    assert seen.results[-1]["norm"] == pytest.approx(float(np.sqrt(sum((w ** 2).sum() for w in final))), rel=1e-5)
+    assert [r["rate"] for r in seen.results] == pytest.approx([0.05] * 5)
+
+
+def test_a_log_key_named_learning_rate_wins_over_the_optimizer_rate(K):
+    # A metric named "learning_rate" whose value is 7 on every batch.
+    rate = K.metrics.MeanMetricWrapper(lambda y_true, y_pred: y_pred[:, 0] * 0.0 + 7.0, name="learning_rate")
+    model = make_model(K, layer_names=TF1_NAMES)
+    model.compile(optimizer=K.optimizers.SGD(0.05), loss=model.loss, metrics=[rate])
+    seen = Seen("learning_rate")
+    fit(model, seen, steps=2)
+    assert seen.results == pytest.approx([7.0, 7.0])
+
+
+# -- writes -------------------------------------------------------------------------------
+
+
+class Write(V1.train.SessionRunHook):
+    """Runs the ops `make()` builds in begin(), in the fetches of step `at` (counted from 0)."""
+
+    def __init__(self, make, at=0):
+        self.make, self.at, self.step = make, at, 0
+
+    def begin(self):
+        self.ops = self.make()
+
+    def before_run(self, run_context):
+        return V1.train.SessionRunArgs(self.ops) if self.step == self.at else None
+
+    def after_run(self, run_context, run_values):
+        self.step += 1
+
+
+def by_name(name):
+    return V1.get_default_graph().get_tensor_by_name(name)
+
+
+def test_a_write_reaches_keras_before_its_next_step(K):
+    # Rate 0 and a zero kernel from step 2 on: if the writes reached Keras, the
+    # next steps leave the kernel at zero (the JAX trainer re-reads its state).
+    def make():
+        return V1.group(V1.assign(by_name("learning_rate:0"), 0.0),
+                        V1.assign(by_name("dense/kernel:0"), tf.zeros([8, 16])))
+
+    kernels = Seen(lambda: "dense/kernel:0")
+    model = fit(make_model(K, layer_names=TF1_NAMES), [Write(make, at=2), kernels], steps=6)
+    assert rate(model) == 0.0
+    np.testing.assert_array_equal(weights_of(model)[0], np.zeros((8, 16)))
+    assert not np.allclose(kernels.results[1], 0) and all(np.all(k == 0) for k in kernels.results[2:])
+
+
+def test_assign_add_and_assign_sub_change_the_keras_variable(K):
+    def make():
+        return [V1.assign_add(by_name("dense_1/bias:0"), tf.ones([3])),
+                V1.assign_sub(by_name("learning_rate:0"), 0.01)]
+
+    model = make_model(K, layer_names=TF1_NAMES)
+    before = weights_of(model)[3]
+    model = fit(model, [Write(make, at=0)], steps=1)
+    # The step's update ran first (at rate 0.05), then the writes.
+    np.testing.assert_allclose(weights_of(model)[3], before + 1.0, atol=0.2)
+    assert rate(model) == pytest.approx(0.04)
+
+
+def test_a_write_to_the_global_step_moves_the_optimizer_step(K):
+    seen = []
+
+    class Steps(V1.train.SessionRunHook):
+        def begin(self):
+            self.read = real_hooks.tf.train.get_global_step()
+
+        def before_run(self, run_context):
+            return V1.train.SessionRunArgs(self.read)
+
+        def after_run(self, run_context, run_values):
+            seen.append(int(run_values.results))
+
+    model = fit(make_model(K), [Write(lambda: V1.assign(V1.train.get_global_step(), 100), at=1), Steps()], steps=4)
+    assert seen == [0, 1, 100, 101] and iterations(model) == 102
+
+
+def test_the_learning_rate_of_a_schedule_reads_its_current_value_and_refuses_writes(K):
+    schedule = K.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5)
+    seen = Seen("learning_rate:0")
+    fit(make_model(K, learning_rate=schedule), seen, steps=3)
+    assert seen.results == pytest.approx([0.1 * 0.5 ** (s / 10) for s in (1, 2, 3)], rel=1e-5)
+    with pytest.raises(ValueError, match=r"Write\.before_run\(\) runs the op '.*' \(Assign\), which writes "
+                                         r"'learning_rate': the optimizer's learning rate is computed .* by a schedule"):
+        fit(make_model(K, learning_rate=schedule), Write(lambda: V1.assign(by_name("learning_rate:0"), 0.0)))
+
+
+# -- names map and unknown names -----------------------------------------------------------
+
+
+def test_a_names_map_gives_tf1_names_to_log_keys_and_variables(K):
+    model = make_model(K, layer_names=TF1_NAMES)
+    logger = real_hooks.TrainingLoggingHook(BATCH, 10, 320, 1, 10, warmup_steps=0)
+    real_hooks.dllogger.logged.clear()
+
+    class Ops(V1.train.SessionRunHook):  # builds on the names in begin(), as a model_fn's consumers did
+        def begin(self):
+            self.double = by_name("cross_entropy_loss_ref:0") * 2.0
+            self.half_rate = by_name("learning_rate_ref:0") * 0.5
+
+        def before_run(self, run_context):
+            return V1.train.SessionRunArgs([self.double, self.half_rate, "accuracy_ref"])
+
+        def after_run(self, run_context, run_values):
+            self.results = run_values.results
+
+    ops = Ops()
+    names = {"cross_entropy_loss_ref": "loss", "l2_loss_ref:0": "loss", "total_loss_ref": "loss",
+             "learning_rate_ref": model.optimizer.learning_rate, "accuracy_ref": "accuracy"}
+    recorder = Recorder(K, X, Y)  # each batch's own values, what the names stand for
+    n = 3 * BATCH
+    model.fit(X[:n], Y[:n], batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[recorder, HookCallback([logger, ops], names=names)])
+    last = recorder.train_batch[-1]
+    per_step = [data for step, data in real_hooks.dllogger.logged if len(step) == 2]
+    assert [d["learning_rate"] for d in per_step] == pytest.approx([0.05] * 3)
+    assert per_step[-1]["cross_entropy"] == per_step[-1]["total_loss"] == pytest.approx(last["loss"], rel=1e-6)
+    assert ops.results == pytest.approx([2 * last["loss"], 0.025, last["accuracy"]], rel=1e-6)
+
+
+def test_an_unknown_name_error_lists_every_unknown_name_the_keys_and_the_names_map(K):
+    hook = Seen(["loss", "cross_entropy:0", {"acc": "train_accuracy"}, "l2_loss"])
+    with pytest.raises(UnknownLogKeyError) as info:
+        fit(make_model(K), hook, steps=1, names={"total": "loss"})
+    message = str(info.value)
+    assert message.startswith(
+        "Seen.before_run() fetched the Keras log keys 'cross_entropy', 'train_accuracy', 'l2_loss', which this "
+        "step's logs do not contain. Available log keys: ['accuracy', 'loss']. Names map: {'total': 'loss'}."
+    )
+    assert "HookCallback(names={'tf1_name': 'loss'})" in message
+
+
+# -- Keras variables used in ops, feeds, collections ---------------------------------------------
+
+
+def test_a_keras_variable_used_in_an_op_stands_for_its_tf1_variable(K):
+    model = make_model(K, layer_names=TF1_NAMES)
+    variable = model.optimizer.learning_rate
+
+    def make():
+        # Keras 3 variables of the TF backend convert through their operators. A
+        # tf.Variable's own operators (tf_keras) read the eager value, and JAX and
+        # PyTorch variables compute in their backend: there, pass it to a TF op.
+        operators = K is keras and keras.backend.backend() == "tensorflow"
+        half = variable * 0.5 if operators else tf.multiply(variable, 0.5)
+        return {"half": half, "kernel_norm": tf.norm(model.weights[0])}
+
+    seen = Seen(make)
+    fit(model, seen, steps=2)
+    assert seen.results[-1]["half"] == pytest.approx(0.025)
+    assert seen.results[-1]["kernel_norm"] == pytest.approx(float(np.linalg.norm(weights_of(model)[0])), rel=1e-5)
+
+
+def test_an_eager_variable_not_of_the_model_is_a_clear_error(K):
+    stray = tf.Variable(1.0, name="stray")
+
+    with pytest.raises(ValueError, match=r"Seen\.begin\(\) used the eager variable 'stray:0' in an op of the adapter "
+                                         r"graph, and it is neither the Keras model's nor its optimizer's.*"
+                                         r"HookCallback\(names=\{'some_name': variable\}\)"):
+        fit(make_model(K), Seen(lambda: tf.multiply(stray, 2.0)), steps=1)
+    seen = Seen(lambda: tf.multiply(stray, 2.0))
+    fit(make_model(K), seen, steps=1, names={"stray": stray})  # mapped: it has a TF1 variable
+    assert seen.results == [pytest.approx(2.0)]
+
+
+@pytest.fixture
+def signal_handlers():
+    """NVIDIA's hook installs SIGUSR1/SIGTERM handlers in its constructor; put pytest's back after."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def test_a_hook_feeds_a_placeholder_it_built(K, signal_handlers):
+    hook = real_hooks.TrainingPartitionHook(sync_freq=2)
+    hook.signal_recieved = True  # a signal arrived: its all-reduce (over a fed placeholder) says stop
+    model = fit(make_model(K), hook, steps=10)
+    assert iterations(model) == 1  # the first step fed 1, fetched it back, and stopped
+
+
+def test_losses_collection_gives_the_keras_loss(K):
+    seen = Seen(lambda: {"total": V1.losses.get_total_loss(), "losses": V1.losses.get_losses()})
+    model = make_model(K)
+    recorder = Recorder(K, X, Y)
+    n = 2 * BATCH
+    model.fit(X[:n], Y[:n], batch_size=BATCH, epochs=1, verbose=0, shuffle=False,
+              callbacks=[recorder, HookCallback(seen)])
+    loss = recorder.train_batch[-1]["loss"]  # the batch's own, as a TF1 loss tensor held it
+    assert seen.results[-1]["total"] == pytest.approx(loss, rel=1e-6)
+    assert seen.results[-1]["losses"] == [pytest.approx(loss, rel=1e-6)]
+
+
+def test_an_empty_collection_a_model_fn_filled_warns_once_naming_hook_and_collection(K):
+    class Reads(V1.train.SessionRunHook):
+        def begin(self):
+            V1.get_collection("predictions")
+            V1.get_collection("predictions")
+            V1.get_collection(V1.GraphKeys.UPDATE_OPS)  # TF's own: no warning
+            V1.summary.merge_all()  # reads SUMMARIES: TF's own
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(make_model(K), [Reads(), real_hooks.CountersHook(every_n_steps=2)], steps=2)
+    messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert len(messages) == 2, messages
+    assert messages[0].startswith("HookCallback: Reads.begin() read the graph collection 'predictions', which is empty.")
+    assert messages[1].startswith("HookCallback: CountersHook.begin() read the graph collection 'counters'")
+    assert "Fill this one yourself in a hooks factory" in messages[0]
+
+
+def test_a_factory_that_fills_a_collection_silences_the_warning(K):
+    def make():
+        V1.add_to_collection("predictions", log_tensor("loss"))
+        return [Seen(lambda: V1.get_collection("predictions"))]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        model = make_model(K)
+        fit(model, make, steps=1)
+
+
+# -- tf.distribute without a strategy ------------------------------------------------------
+
+
+def test_a_hook_that_needs_a_cross_replica_context_fails_as_under_an_undistributed_estimator(K):
+    # tensorflow/estimator used it only under a train_distribute strategy; without
+    # one, in_cross_replica_context() is False in TF1 too (see test_distribute.py
+    # for the run under MirroredStrategy).
+    hook = real_hooks._MultiWorkerEarlyStoppingHook(lambda: False, run_every_steps=2)
+    with pytest.raises(AssertionError):
+        fit(make_model(K), hook, steps=2)
