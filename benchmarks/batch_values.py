@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     source = BatchSource(model, "train")
     batch = model.train_function
     batch(iterator)  # traced while attached, as in a run
-    keys = batch.info.keys  # type: ignore[attr-defined]
+    keys = [key for key, _ in batch.info.layout]  # type: ignore[attr-defined]
     source.close()
     own(iterator)
 

@@ -32,6 +32,9 @@ Variants (each trains the same-shaped MLP on the same synthetic data):
             model's weights, mirrored into the adapter graph) and fetches it
             every 100 steps: a real graph run on those steps, with the weights
             loaded from Keras first; on the other steps the hook asks for nothing.
+  means     the adapted variant's hooks with `HookCallback(values="running_mean")`:
+            Keras's logs as reported, no batch values. adapted/means is what
+            computing each batch's own values costs (in the step and after it).
 
 How a step is timed. Every Keras variant gets the same two extra callbacks: a
 start marker placed *first* in the callback list, which records
@@ -101,7 +104,7 @@ from tensorflow.python.platform import tf_logging  # noqa: E402
 from hooks2callbacks import HookCallback  # noqa: E402
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VARIANTS = ("bare", "manual", "adapted", "tf1", "idle", "direct", "weights")
+VARIANTS = ("bare", "manual", "adapted", "tf1", "idle", "direct", "weights", "means")
 RATIOS = (
     ("adapted", "bare"),
     ("adapted", "manual"),
@@ -110,6 +113,7 @@ RATIOS = (
     ("idle", "bare"),
     ("tf1", "bare"),
     ("weights", "bare"),
+    ("adapted", "means"),
 )
 
 
@@ -349,6 +353,10 @@ def build_variants(names: list[str], widths: tuple[int, ...], tmp: str) -> list[
             "direct", model, dataset, [DirectHooksCallback(os.path.join(tmp, "direct"))]
         ),
         "weights": lambda: KerasVariant("weights", model, dataset, [HookCallback(WeightNormHook())]),
+        "means": lambda: KerasVariant(
+            "means", model, dataset,
+            [HookCallback(_common.stock_hooks(os.path.join(tmp, "means")), values="running_mean")],
+        ),
     }
     return [makers[n]() for n in names]
 

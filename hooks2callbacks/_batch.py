@@ -40,10 +40,11 @@ import weakref
 from typing import Any, Callable, Iterator, Mapping
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-# Log keys that carry batch values out of the step; no Keras metric is named so.
-BATCH_PREFIX = "__hooks2callbacks_batch__/"
+# The log key that carries the batch values out of the step; no Keras metric is named so.
+BATCH_KEY = "__hooks2callbacks_batch_values__"
 _KERAS_MODULES = ("keras.", "tf_keras.")
 
 
@@ -126,7 +127,8 @@ class _Flavour:
     def record_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         raise NotImplementedError
 
-    def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
+    def batch_values(self, metrics: list[Any], states: list[Any]) -> Any:
+        """The batch values of `metrics` from their batch `states`, packed (see `_pack`)."""
         raise NotImplementedError
 
 
@@ -168,13 +170,16 @@ class _Keras3(_Flavour):
             variable.assign_add(value)
         return None
 
-    def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
+    def batch_values(self, metrics: list[Any], states: list[Any]) -> Any:
         states = _sum_across_replicas(states)
         _recording.inside = True
         try:
-            return [metric.stateless_result(state) for metric, state in zip(metrics, states)]
+            values = [metric.stateless_result(state) for metric, state in zip(metrics, states)]
         finally:
             _recording.inside = False
+        ops = keras.ops
+        dtype = "float64" if any(keras.backend.standardize_dtype(v.dtype) == "float64" for v in values) else "float32"
+        return ops.concatenate([ops.reshape(ops.cast(v, dtype), (-1,)) for v in values])
 
 
 class _TfKeras(_Flavour):
@@ -213,7 +218,7 @@ class _TfKeras(_Flavour):
         _recording.states[metric] = batch
         return tf.group([v.assign(s + b) for v, s, b in zip(variables, saved, batch)])
 
-    def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
+    def batch_values(self, metrics: list[Any], states: list[Any]) -> Any:
         values = []
         for metric, state in zip(metrics, _sum_across_replicas(states)):
             variables = metric.variables
@@ -224,14 +229,16 @@ class _TfKeras(_Flavour):
             with tf.control_dependencies(values[-1:]):
                 for v, value in zip(variables, saved):
                     v.assign(value)
+        dtype = tf.float64 if any(v.dtype == tf.float64 for v in values) else tf.float32
+        packed = tf.concat([tf.reshape(tf.cast(v, dtype), [-1]) for v in values], 0)
         context = tf.distribute.get_replica_context()
-        if values and context is not None and context.num_replicas_in_sync > 1:
+        if context is not None and context.num_replicas_in_sync > 1:
             # Every replica holds the same values. tf_keras sums what replicas return
-            # (reduction "auto"), except values that are one tensor for all replicas,
+            # (reduction "auto"), except a value that is one tensor for all replicas,
             # as its own merged metric results are: make ours so.
-            values = context.merge_call(lambda strategy, per_replica: strategy.experimental_local_results(per_replica)[0],
-                                        args=(values,))
-        return values
+            packed = context.merge_call(lambda strategy, per_replica: strategy.experimental_local_results(per_replica)[0],
+                                        args=(packed,))
+        return packed
 
 
 def _sum_across_replicas(states: list[Any]) -> list[Any]:
@@ -249,7 +256,9 @@ class _StepInfo:
     """What tracing the wrapped step found out, for the Python side."""
 
     def __init__(self) -> None:
-        self.keys: tuple[str, ...] = ()  # keys that carry a batch value
+        # The keys that carry a batch value, with their values' shapes, in the order
+        # their values are packed (flattened, one after another) into one output.
+        self.layout: tuple[tuple[str, tuple[int, ...]], ...] = ()
         self.underivable: dict[str, str] = {}  # key -> why it has none
         self.runs = 0  # Python runs of the wrapped step: one per trace where Keras compiles
 
@@ -261,7 +270,7 @@ class _Wrapped:
         self.mode = mode
         self.info = _StepInfo()
         self.users = 0
-        self.latest: dict[str, Any] = {}
+        self.latest: Any = None  # the latest step's packed batch values
         self._flavour = flavour
         self._jax = not _is_tf_keras(model) and keras.backend.backend() == "jax"
         self._step_name = "train_step" if mode == "train" else "test_step"
@@ -357,7 +366,7 @@ class _Wrapped:
         _recording.states, _recording.results = {}, {}
         logs = out[0] if self._jax else out
         if not isinstance(logs, dict):
-            info.keys, info.underivable = (), {}
+            info.layout, info.underivable = (), {}
             return out
         derived: list[tuple[str, Any]] = []
         underivable: dict[str, str] = {}
@@ -365,25 +374,24 @@ class _Wrapped:
             metric = results.get(id(value))
             if metric is None:
                 continue  # not a metric's result: a value the step returns as is
-            why = _why_underivable(metric, states)
+            why = _why_underivable(metric, states, value)
             if why is None:
-                derived.append((key, metric))
+                derived.append((key, metric, tuple(int(d) for d in value.shape)))
             else:
                 underivable[key] = why
-        values = self._flavour.batch_values([m for _, m in derived], [states[m] for _, m in derived])
-        batch = {BATCH_PREFIX + key: value for (key, _), value in zip(derived, values)}
-        info.keys = tuple(key for key, _ in derived)
+        info.layout = tuple((key, shape) for key, _, shape in derived)
         info.underivable = underivable
-        logs = {**logs, **batch}
+        if derived:
+            # One output for all: TF's Python handling of a function's outputs costs
+            # about 10 µs a step per output tensor.
+            packed = self._flavour.batch_values([m for _, m, _ in derived], [states[m] for _, m, _ in derived])
+            logs = {**logs, BATCH_KEY: packed}
         return (logs, *out[1:]) if self._jax else logs
 
     def __call__(self, *args: Any) -> Any:
         out = self.compiled(*args)
         logs = out[0] if self._jax else out
-        latest = {}
-        for key in self.info.keys:
-            latest[key] = logs.pop(BATCH_PREFIX + key)
-        self.latest = latest
+        self.latest = logs.pop(BATCH_KEY, None)
         return out
 
     # -- a run ----------------------------------------------------------------
@@ -432,7 +440,7 @@ def _redirect_tf_keras_test_runner(function: Any, replacement: Any) -> None:
     )
 
 
-def _why_underivable(metric: Any, states: Mapping[Any, Any]) -> str | None:
+def _why_underivable(metric: Any, states: Mapping[Any, Any], value: Any) -> str | None:
     name = f"{type(metric).__name__}(name={getattr(metric, 'name', '?')!r})"
     if not derivable(metric):  # checked first: no batch state is computed for these
         return (
@@ -443,6 +451,8 @@ def _why_underivable(metric: Any, states: Mapping[Any, Any]) -> str | None:
         return f"it is the result of the metric {name}, which this step did not update"
     if states[metric] is None:
         return f"it is the result of the metric {name}, which this step updated twice"
+    if any(d is None for d in getattr(value, "shape", (None,))):
+        return f"it is the result of the metric {name}, whose shape is not known when the step is traced"
     return None
 
 
@@ -476,8 +486,8 @@ class BatchSource:
         """The step's logs as hooks see them: batch values where there are some."""
         wrapped = self._wrapped
         if wrapped is None:
-            return BatchLogs(logs, {}, {})
-        return BatchLogs(logs, wrapped.latest, wrapped.info.underivable)
+            return BatchLogs(logs, None, (), {})
+        return BatchLogs(logs, wrapped.latest, wrapped.info.layout, wrapped.info.underivable)
 
     def close(self) -> None:
         """Gives the model back its own function (when no other run uses ours)."""
@@ -487,36 +497,46 @@ class BatchSource:
                 wrapped.detach(self._model)
 
 
-def _pythonify(value: Any) -> Any:
-    """Converts a batch value as Keras converts its logs (`python_utils.pythonify_logs`)."""
-    value = keras.ops.convert_to_numpy(value)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return value
-
-
 class BatchLogs(Mapping[str, Any]):
     """A step's logs with each derivable metric's batch value in place of Keras's running mean.
 
-    Values are Python floats, as in Keras's logs; a batch value is converted on
-    first access, so keys no hook reads cost nothing.
+    Values are what Keras's logs hold (`python_utils.pythonify_logs`): a Python
+    float for a scalar, else a numpy array. The packed batch values are brought
+    to numpy on the first access, so a step whose values no hook reads costs nothing.
     """
 
-    __slots__ = ("_logs", "_batch", "_underivable")
+    __slots__ = ("_logs", "_packed", "_layout", "_underivable", "_batch")
 
-    def __init__(self, logs: Mapping[str, Any], batch: dict[str, Any], underivable: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        logs: Mapping[str, Any],
+        packed: Any,
+        layout: tuple[tuple[str, tuple[int, ...]], ...],
+        underivable: Mapping[str, str],
+    ) -> None:
         self._logs = logs
-        self._batch = batch
+        self._packed = packed
+        self._layout = layout
         self._underivable = underivable
+        self._batch: dict[str, Any] | None = None
+
+    def _unpacked(self) -> dict[str, Any]:
+        batch = self._batch
+        if batch is None:
+            flat = keras.ops.convert_to_numpy(self._packed) if self._layout else None
+            batch, offset = {}, 0
+            for key, shape in self._layout:
+                size = int(np.prod(shape))
+                part = flat[offset : offset + size]  # type: ignore[index]
+                batch[key] = float(part[0]) if shape == () else part.reshape(shape)
+                offset += size
+            self._batch = batch
+        return batch
 
     def __getitem__(self, key: str) -> Any:
-        batch = self._batch
+        batch = self._unpacked() if self._layout else {}
         if key in batch:
-            value = batch[key]
-            if not isinstance(value, float):
-                value = batch[key] = _pythonify(value)
-            return value
+            return batch[key]
         why = self._underivable.get(key)
         if why is not None:
             raise BatchValueError(
@@ -539,4 +559,5 @@ class BatchLogs(Mapping[str, Any]):
         return len(self._logs)
 
     def __repr__(self) -> str:
-        return f"BatchLogs({ {k: self._batch.get(k, v) for k, v in self._logs.items()}!r})"
+        batch = self._unpacked() if self._layout else {}
+        return f"BatchLogs({ {k: batch.get(k, v) for k, v in self._logs.items()}!r})"
