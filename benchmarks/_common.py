@@ -44,10 +44,7 @@ def synthetic_dataset(widths: tuple[int, ...]) -> Any:
 
     x, y = synthetic_arrays(widths)
     return (
-        tf.data.Dataset.from_tensor_slices((x, y))
-        .batch(BATCH, drop_remainder=True)
-        .repeat()
-        .prefetch(tf.data.AUTOTUNE)
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH, drop_remainder=True).repeat().prefetch(tf.data.AUTOTUNE)
     )
 
 
@@ -151,7 +148,7 @@ class DirectHooks:
     def after_run(self, logs: dict[str, Any]) -> bool:
         """Finishes the step; returns whether a hook asked to stop."""
         stale, self.step = self.step, self.step + 1
-        for hook, args in zip(self.hooks, self._fetches):
+        for hook, args in zip(self.hooks, self._fetches, strict=True):
             fetches = None if args is None else args.fetches
             if fetches is None:
                 value: Any = None

@@ -26,7 +26,8 @@ import gc
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| ratio batch/own (per round, then median) | median | min – max |")
     print("|---|---:|---:|")
     for index, label in ((0, "wall"), (1, "CPU")):
-        ratios = [b[index] / o[index] for b, o in zip(rows["batch"], rows["own"])]
+        ratios = [b[index] / o[index] for b, o in zip(rows["batch"], rows["own"], strict=True)]
         print(f"| {label} | {statistics.median(ratios):.3f} | {min(ratios):.3f} – {max(ratios):.3f} |")
     return 0
 

@@ -91,7 +91,8 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -296,7 +297,7 @@ class TF1Variant:
             global_step = v1.train.get_or_create_global_step()
             x, y = v1.data.make_one_shot_iterator(_common.synthetic_dataset(widths)).get_next()
             h = x
-            for i, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:])):
+            for i, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
                 kernel = v1.get_variable(
                     f"dense_{i}/kernel", [n_in, n_out], initializer=v1.glorot_uniform_initializer()
                 )
@@ -339,22 +340,18 @@ def build_variants(names: list[str], widths: tuple[int, ...], tmp: str) -> list[
     model = _common.keras_mlp(widths)
     makers: dict[str, Callable[[], Any]] = {
         "bare": lambda: KerasVariant("bare", model, dataset, []),
-        "manual": lambda: KerasVariant(
-            "manual", model, dataset, [ManualCallback(os.path.join(tmp, "manual"))]
-        ),
+        "manual": lambda: KerasVariant("manual", model, dataset, [ManualCallback(os.path.join(tmp, "manual"))]),
         "adapted": lambda: KerasVariant(
             "adapted", model, dataset, [HookCallback(_common.stock_hooks(os.path.join(tmp, "adapted")))]
         ),
         "tf1": lambda: TF1Variant(widths, os.path.join(tmp, "tf1")),
-        "idle": lambda: KerasVariant(
-            "idle", model, dataset, [HookCallback([IdleHook() for _ in range(10)])]
-        ),
-        "direct": lambda: KerasVariant(
-            "direct", model, dataset, [DirectHooksCallback(os.path.join(tmp, "direct"))]
-        ),
+        "idle": lambda: KerasVariant("idle", model, dataset, [HookCallback([IdleHook() for _ in range(10)])]),
+        "direct": lambda: KerasVariant("direct", model, dataset, [DirectHooksCallback(os.path.join(tmp, "direct"))]),
         "weights": lambda: KerasVariant("weights", model, dataset, [HookCallback(WeightNormHook())]),
         "means": lambda: KerasVariant(
-            "means", model, dataset,
+            "means",
+            model,
+            dataset,
             [HookCallback(_common.stock_hooks(os.path.join(tmp, "means")), values="running_mean")],
         ),
     }
@@ -379,9 +376,7 @@ def summarize(
             "min_us_per_step": min(values),
             "max_us_per_step": max(values),
             "median_setup_ms": statistics.median(setup[name]) if setup[name] else None,
-            "median_in_callbacks_us_per_step": (
-                statistics.median(in_callbacks[name]) if in_callbacks[name] else None
-            ),
+            "median_in_callbacks_us_per_step": (statistics.median(in_callbacks[name]) if in_callbacks[name] else None),
         }
     for num, den in RATIOS:
         if num in per_step and den in per_step:
@@ -425,9 +420,12 @@ def markdown(args: argparse.Namespace, widths: tuple[int, ...], info: dict[str, 
     for key, r in summary["ratios"].items():
         lines.append(f"| {key} | {r['median']:.3f} | {r['min']:.3f} – {r['max']:.3f} |")
     if info["hooks2callbacks_sources_end"] != info["hooks2callbacks_sources"]:
-        lines += ["", "WARNING: the hooks2callbacks sources changed during the run "
-                  f"({info['hooks2callbacks_sources']} → {info['hooks2callbacks_sources_end']}); "
-                  "the modules were imported at the start, but rerun to be sure."]
+        lines += [
+            "",
+            "WARNING: the hooks2callbacks sources changed during the run "
+            f"({info['hooks2callbacks_sources']} → {info['hooks2callbacks_sources_end']}); "
+            "the modules were imported at the start, but rerun to be sure.",
+        ]
     return "\n".join(lines)
 
 
@@ -470,9 +468,7 @@ def main(argv: list[str] | None = None) -> int:
                     if callbacks_s is not None:
                         in_callbacks[variant.name].append(callbacks_s / args.steps * 1e6)
                 label = "warm-up" if round_index == 0 else f"round {round_index}/{args.rounds}"
-                done = "" if round_index == 0 else "  " + "  ".join(
-                    f"{n}={per_step[n][-1]:.0f}" for n in names
-                )
+                done = "" if round_index == 0 else "  " + "  ".join(f"{n}={per_step[n][-1]:.0f}" for n in names)
                 print(f"[{label}]{done}", file=sys.stderr, flush=True)
         finally:
             for variant in variants:
@@ -486,8 +482,14 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump(
                 {
-                    "config": {"steps": args.steps, "rounds": args.rounds, "model": args.model,
-                               "widths": widths, "batch": _common.BATCH, "variants": names},
+                    "config": {
+                        "steps": args.steps,
+                        "rounds": args.rounds,
+                        "model": args.model,
+                        "widths": widths,
+                        "batch": _common.BATCH,
+                        "variants": names,
+                    },
                     "machine": info,
                     "us_per_step_by_round": per_step,
                     "setup_ms_by_round": setup,

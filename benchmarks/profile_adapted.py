@@ -118,20 +118,39 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---:|---:|---:|")
         table = stats.stats  # type: ignore[attr-defined]
         rows = sorted(table.items(), key=lambda kv: kv[1][2], reverse=True)[: args.top]
-        for (path, line, func), (cc, nc, tt, ct, _callers) in rows:
+        for (path, line, func), (_cc, nc, tt, ct, _callers) in rows:
             where = _short(path)
-            print(f"| `{where}:{line} {func}` | {nc / args.steps:.2f} | {tt / args.steps * 1e6:.2f} | {ct / args.steps * 1e6:.2f} |")
+            per_step = f"{nc / args.steps:.2f} | {tt / args.steps * 1e6:.2f} | {ct / args.steps * 1e6:.2f}"
+            print(f"| `{where}:{line} {func}` | {per_step} |")
         print("\nCumulative time of the adapter's entry points and the hook methods (µs/step):\n")
         print("| function | cum µs/step |")
         print("|---|---:|")
-        wanted = ("on_train_batch_begin", "on_train_batch_end", "before_run", "after_run", "_run_derived",
-                  "resolve", "_guard", "as_default", "__exit__", "__enter__", "__init__", "run")
+        wanted = (
+            "on_train_batch_begin",
+            "on_train_batch_end",
+            "before_run",
+            "after_run",
+            "_run_derived",
+            "resolve",
+            "_guard",
+            "as_default",
+            "__exit__",
+            "__enter__",
+            "__init__",
+            "run",
+        )
         picked = [
-            (k, v) for k, v in table.items()
-            if k[2] in wanted and ("hooks2callbacks" in k[0] or "session_run_hook" in k[0]
-                                   or "basic_session_run_hooks" in k[0] or "framework/ops.py" in k[0])
+            (k, v)
+            for k, v in table.items()
+            if k[2] in wanted
+            and (
+                "hooks2callbacks" in k[0]
+                or "session_run_hook" in k[0]
+                or "basic_session_run_hooks" in k[0]
+                or "framework/ops.py" in k[0]
+            )
         ]
-        for (path, line, func), (cc, nc, tt, ct, _c) in sorted(picked, key=lambda kv: kv[1][3], reverse=True)[:20]:
+        for (path, line, func), (_cc, _nc, _tt, ct, _c) in sorted(picked, key=lambda kv: kv[1][3], reverse=True)[:20]:
             print(f"| `{_short(path)}:{line} {func}` | {ct / args.steps * 1e6:.2f} |")
 
         if args.pyinstrument:
@@ -141,8 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             model.fit(dataset, epochs=1, steps_per_epoch=50, verbose=0, shuffle=False, callbacks=[fit_cb])
             profiler_pi = Profiler(interval=0.0002)
             profiler_pi.start()
-            model.fit(dataset, epochs=1, steps_per_epoch=args.fit_steps, verbose=0, shuffle=False,
-                      callbacks=[fit_cb])
+            model.fit(dataset, epochs=1, steps_per_epoch=args.fit_steps, verbose=0, shuffle=False, callbacks=[fit_cb])
             profiler_pi.stop()
             print(f"\npyinstrument, real fit of {args.fit_steps} steps with the 4 stock hooks:\n")
             print(profiler_pi.output_text(unicode=True, color=False, show_all=False))

@@ -8,8 +8,8 @@ The small MLP is compiled once with 2 log keys (loss, accuracy) and once with
 50 (48 more accuracy metrics under other names). Each gets, in turn, the four
 stock hooks of `overhead.py` through one HookCallback ("adapted"), the same
 hooks called by a plain callback with no adapter ("direct"), and `overhead.py`'s
-hand-written callback doing the same work ("manual", the control). `overhead.py`'s timing markers measure the time spent inside the
-callbacks between them, per epoch, so Keras's own step (which the extra
+hand-written callback doing the same work ("manual", the control). `overhead.py`'s
+timing markers measure the time spent inside the callbacks between them, per epoch, so Keras's own step (which the extra
 metrics slow down) is left out. The four runs alternate block by block of
 epochs in one process, so drift hits all alike.
 
@@ -39,7 +39,6 @@ import keras  # noqa: E402
 from overhead import DirectHooksCallback, ManualCallback, StartMarker, StopMarker  # noqa: E402
 
 from hooks2callbacks import HookCallback  # noqa: E402
-
 
 KINDS = ("adapted", "direct", "manual")
 
@@ -86,9 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     dataset = _common.synthetic_dataset(_common.MODELS["small"])
-    per_epoch: dict[tuple[str, int], list[float]] = {
-        (kind, keys): [] for kind in KINDS for keys in (2, 50)
-    }
+    per_epoch: dict[tuple[str, int], list[float]] = {(kind, keys): [] for kind in KINDS for keys in (2, 50)}
     with tempfile.TemporaryDirectory() as output_dir:
         runs = {run: build(run[1], run[0], os.path.join(output_dir, f"{run[0]}{run[1]}")) for run in per_epoch}
         for model, callbacks, _ in runs.values():  # warm-up: trace the step functions
@@ -98,8 +95,15 @@ def main(argv: list[str] | None = None) -> int:
             block = min(args.block, args.epochs - done)
             for run, (model, callbacks, stop) in runs.items():
                 # One fit of `block` epochs continues the global step across epochs.
-                model.fit(dataset, initial_epoch=done, epochs=done + block, steps_per_epoch=args.steps,
-                          verbose=0, shuffle=False, callbacks=callbacks)
+                model.fit(
+                    dataset,
+                    initial_epoch=done,
+                    epochs=done + block,
+                    steps_per_epoch=args.steps,
+                    verbose=0,
+                    shuffle=False,
+                    callbacks=callbacks,
+                )
                 per_epoch[run] += [seconds / steps * 1e6 for seconds, steps in stop.epochs]
             done += block
 

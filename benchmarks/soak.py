@@ -85,13 +85,14 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _common  # noqa: E402
-import numpy as np  # noqa: E402
 import keras  # noqa: E402
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from hooks2callbacks import HookCallback, log_tensor  # noqa: E402
@@ -198,8 +199,9 @@ def full_stack(probe: ProbeHook, save_steps: int) -> tuple[Callable[[], list[Any
         hooks = [
             *_common.stock_hooks(probe.events_dir),
             train.CheckpointSaverHook(probe.checkpoint_dir, save_steps=save_steps),
-            train.SummarySaverHook(save_steps=EVERY_N, output_dir=probe.events_dir,
-                                   summary_op=tf.compat.v1.summary.merge_all()),
+            train.SummarySaverHook(
+                save_steps=EVERY_N, output_dir=probe.events_dir, summary_op=tf.compat.v1.summary.merge_all()
+            ),
             train.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"}),
             train.GlobalStepWaiterHook(wait_until_step=0),
             probe,
@@ -213,11 +215,20 @@ def full_stack(probe: ProbeHook, save_steps: int) -> tuple[Callable[[], list[Any
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--steps", type=int, default=100_000)
-    parser.add_argument("--stack", choices=("full", "basic"), default="full",
-                        help="full: every supported stock hook (default); basic: the four of overhead.py")
+    parser.add_argument(
+        "--stack",
+        choices=("full", "basic"),
+        default="full",
+        help="full: every supported stock hook (default); basic: the four of overhead.py",
+    )
     parser.add_argument("--save-steps", type=int, default=1000, help="CheckpointSaverHook's save_steps (full stack)")
     parser.add_argument("--every", type=int, default=None, help="sample every K steps (default steps/50, at least 100)")
-    parser.add_argument("--warmup", type=int, default=None, help="steps before the baseline (default steps/10, at most 5000; full stack: at least --save-steps)")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="steps before the baseline (default steps/10, at most 5000; full stack: at least --save-steps)",
+    )
     parser.add_argument("--rss-limit-mb", type=float, default=20.0)
     parser.add_argument("--model", choices=sorted(_common.MODELS), default="small")
     parser.add_argument("--json", metavar="PATH")
@@ -253,11 +264,14 @@ def main(argv: list[str] | None = None) -> int:
         # Keras's own logs (running means) at the summary steps, to tell them from the batch values.
         means: dict[int, float] = {}
         keep_means = keras.callbacks.LambdaCallback(
-            on_train_batch_end=lambda batch, logs: means.update({batch + 1: logs["loss"]}) if batch % EVERY_N == 0 else None
+            on_train_batch_end=lambda batch, logs: (
+                means.update({batch + 1: logs["loss"]}) if batch % EVERY_N == 0 else None
+            )
         )
         t0 = time.perf_counter()
-        model.fit(dataset, epochs=1, steps_per_epoch=args.steps, verbose=0, shuffle=False,
-                  callbacks=[callback, keep_means])
+        model.fit(
+            dataset, epochs=1, steps_per_epoch=args.steps, verbose=0, shuffle=False, callbacks=[callback, keep_means]
+        )
         wall = time.perf_counter() - t0
         # fit has returned: every writer is flushed.
         values = tag_values(events_dir)
@@ -319,8 +333,9 @@ def main(argv: list[str] | None = None) -> int:
             wrong = [s for s, v in seen.items() if s not in written or np.float32(v) != np.float32(written[s])]
             if wrong:
                 mismatched[tag] = wrong[:5]
-                failures.append(f"{len(wrong)} {tag!r} summaries differ from the values the hooks saw, "
-                                f"first at steps {wrong[:5]}")
+                failures.append(
+                    f"{len(wrong)} {tag!r} summaries differ from the values the hooks saw, first at steps {wrong[:5]}"
+                )
         loss = probe.summarized["loss"]
         if not any(np.float32(loss[s]) != np.float32(means[s]) for s in loss if s > 1 and s in means):
             failures.append("every loss summary equals Keras's running mean: hooks did not get batch values")
@@ -352,16 +367,20 @@ def main(argv: list[str] | None = None) -> int:
         f"{info['cpus_usable']} CPUs, Python {info['python']}, TensorFlow {info['tensorflow']}, "
         f"Keras {info['keras']}, git {info['git']}.\n"
     )
-    print("| step | time, s | steps/s since prev | RSS, MB | ΔRSS vs baseline, MB | graph ops | open fds "
-          "| threads | ckpt files (ckpts) | event bytes |")
+    print(
+        "| step | time, s | steps/s since prev | RSS, MB | ΔRSS vs baseline, MB | graph ops | open fds "
+        "| threads | ckpt files (ckpts) | event bytes |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     prev = None
     for s in samples:
         rate = "—" if prev is None else f"{(s['step'] - prev['step']) / max(s['time_s'] - prev['time_s'], 1e-9):.0f}"
         delta = f"{(s['rss_kb'] - base['rss_kb']) / 1024:+.1f}" if s["step"] >= base["step"] else "(warm-up)"
         ckpt = f"{s['ckpt_files']} ({s['ckpts']})" if full else "—"
-        print(f"| {s['step']} | {s['time_s']:.1f} | {rate} | {s['rss_kb'] / 1024:.1f} | {delta} | {s['ops']} "
-              f"| {s['fds']} | {s['threads']} | {ckpt} | {s['event_bytes']} |")
+        print(
+            f"| {s['step']} | {s['time_s']:.1f} | {rate} | {s['rss_kb'] / 1024:.1f} | {delta} | {s['ops']} "
+            f"| {s['fds']} | {s['threads']} | {ckpt} | {s['event_bytes']} |"
+        )
         prev = s
     print(
         f"\nRSS: {rss_growth_mb:+.1f} MB from baseline to last sample (peak {rss_peak_mb:+.1f} MB); "
@@ -385,11 +404,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
-                {"config": {"steps": args.steps, "stack": args.stack, "save_steps": args.save_steps,
-                            "every": every, "warmup": warmup, "model": args.model,
-                            "rss_limit_mb": args.rss_limit_mb},
-                 "machine": info, "wall_s": wall, "samples": samples, "final": final,
-                 "threads_before_fit": threads_before, "failures": failures},
+                {
+                    "config": {
+                        "steps": args.steps,
+                        "stack": args.stack,
+                        "save_steps": args.save_steps,
+                        "every": every,
+                        "warmup": warmup,
+                        "model": args.model,
+                        "rss_limit_mb": args.rss_limit_mb,
+                    },
+                    "machine": info,
+                    "wall_s": wall,
+                    "samples": samples,
+                    "final": final,
+                    "threads_before_fit": threads_before,
+                    "failures": failures,
+                },
                 f,
                 indent=2,
             )

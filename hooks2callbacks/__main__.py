@@ -22,7 +22,8 @@ import math
 import sys
 import tempfile
 import time
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 _DEMO_EXTRA_HINT = (
     "The hooks2callbacks demo needs scikit-learn (for its bundled digits data set). "
@@ -113,16 +114,31 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
         return value
 
-    parser.add_argument("--last-step", type=positive_int, default=300,
-                        help="StopAtStepHook(last_step=...): the training step to stop at (default: 300)")
-    parser.add_argument("--log-every", type=positive_int, default=50,
-                        help="LoggingTensorHook(every_n_iter=...) during training (default: 50)")
-    parser.add_argument("--epochs", type=positive_int, default=100,
-                        help="fit(epochs=...): an upper bound; StopAtStepHook normally stops first (default: 100)")
+    parser.add_argument(
+        "--last-step",
+        type=positive_int,
+        default=300,
+        help="StopAtStepHook(last_step=...): the training step to stop at (default: 300)",
+    )
+    parser.add_argument(
+        "--log-every",
+        type=positive_int,
+        default=50,
+        help="LoggingTensorHook(every_n_iter=...) during training (default: 50)",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=positive_int,
+        default=100,
+        help="fit(epochs=...): an upper bound; StopAtStepHook normally stops first (default: 100)",
+    )
     parser.add_argument("--batch-size", type=positive_int, default=32, help="batch size (default: 32)")
     parser.add_argument("--seed", type=int, default=0, help="random seed for the split and the model (default: 0)")
-    parser.add_argument("--checkpoint-dir", default=None,
-                        help="CheckpointSaverHook's directory, kept afterwards (default: a temporary one, removed)")
+    parser.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        help="CheckpointSaverHook's directory, kept afterwards (default: a temporary one, removed)",
+    )
     return parser.parse_args(argv)
 
 
@@ -156,9 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     digits = load_digits()
     x = (digits.data / 16.0).astype("float32")
     y = digits.target.astype("int64")
-    x_train, x_test, y_train, y_test = train_test_split(
-        x, y, test_size=0.2, stratify=y, random_state=args.seed
-    )
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, stratify=y, random_state=args.seed)
     steps_per_epoch = math.ceil(len(x_train) / args.batch_size)
 
     def build_model() -> keras.Model:

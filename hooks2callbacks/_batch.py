@@ -37,7 +37,9 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from types import FrameType
+from typing import Any
 
 import keras
 import numpy as np
@@ -138,7 +140,7 @@ class _Keras3(_Flavour):
     def leaves(self, model: Any) -> list[Any]:
         from keras.src.trainers.compile_utils import CompileMetrics  # pylint: disable=import-outside-toplevel
 
-        found = []
+        found: list[Any] = []
         for metric in model.metrics:
             if isinstance(metric, CompileMetrics):
                 found += metric.metrics if metric.built else []
@@ -166,7 +168,7 @@ class _Keras3(_Flavour):
         # Keras's own metrics reset to zeros and add each batch's contribution once
         # per variable, so from zeros the state *is* that contribution, to the bit:
         # adding it is the metric's own update, without computing it twice.
-        for variable, value in zip(metric.variables, batch):
+        for variable, value in zip(metric.variables, batch, strict=True):
             variable.assign_add(value)
         return None
 
@@ -174,7 +176,7 @@ class _Keras3(_Flavour):
         states = _sum_across_replicas(states)
         _recording.inside = True
         try:
-            values = [metric.stateless_result(state) for metric, state in zip(metrics, states)]
+            values = [metric.stateless_result(state) for metric, state in zip(metrics, states, strict=True)]
         finally:
             _recording.inside = False
         ops = keras.ops
@@ -216,18 +218,18 @@ class _TfKeras(_Flavour):
         with tf.control_dependencies([] if update is None else [update]):
             batch = [tf.identity(v) for v in variables]
         _recording.states[metric] = batch
-        return tf.group([v.assign(s + b) for v, s, b in zip(variables, saved, batch)])
+        return tf.group([v.assign(s + b) for v, s, b in zip(variables, saved, batch, strict=True)])
 
     def batch_values(self, metrics: list[Any], states: list[Any]) -> Any:
         values = []
-        for metric, state in zip(metrics, _sum_across_replicas(states)):
+        for metric, state in zip(metrics, _sum_across_replicas(states), strict=True):
             variables = metric.variables
             saved = [tf.identity(v) for v in variables]
-            for v, value in zip(variables, state):
+            for v, value in zip(variables, state, strict=True):
                 v.assign(value)
             values.append(tf.identity(type(metric).result(metric)))
             with tf.control_dependencies(values[-1:]):
-                for v, value in zip(variables, saved):
+                for v, value in zip(variables, saved, strict=True):
                     v.assign(value)
         dtype = tf.float64 if any(v.dtype == tf.float64 for v in values) else tf.float32
         packed = tf.concat([tf.reshape(tf.cast(v, dtype), [-1]) for v in values], 0)
@@ -236,8 +238,9 @@ class _TfKeras(_Flavour):
             # Every replica holds the same values. tf_keras sums what replicas return
             # (reduction "auto"), except a value that is one tensor for all replicas,
             # as its own merged metric results are: make ours so.
-            packed = context.merge_call(lambda strategy, per_replica: strategy.experimental_local_results(per_replica)[0],
-                                        args=(packed,))
+            packed = context.merge_call(
+                lambda strategy, per_replica: strategy.experimental_local_results(per_replica)[0], args=(packed,)
+            )
         return packed
 
 
@@ -368,7 +371,7 @@ class _Wrapped:
         if not isinstance(logs, dict):
             info.layout, info.underivable = (), {}
             return out
-        derived: list[tuple[str, Any]] = []
+        derived: list[tuple[str, Any, tuple[int, ...]]] = []
         underivable: dict[str, str] = {}
         for key, value in logs.items():
             metric = results.get(id(value))
@@ -426,7 +429,7 @@ def _redirect_tf_keras_test_runner(function: Any, replacement: Any) -> None:
     Raises:
         RuntimeError: No such runner is on the stack (another tf_keras version).
     """
-    frame = sys._getframe(1)  # pylint: disable=protected-access
+    frame: FrameType | None = sys._getframe(1)  # pylint: disable=protected-access
     while frame is not None:
         runner = frame.f_locals.get("test_function_runner")
         if runner is not None and getattr(runner, "_function", None) is function:

@@ -10,10 +10,17 @@ requests, and what is skipped on error. `hooks2callbacks.callback` decides
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.training.session_run_hook import (
+    SessionRunArgs,
+    SessionRunContext,
+    SessionRunHook,
+    SessionRunValues,
+)
 
 from hooks2callbacks import _runs
 from hooks2callbacks._batch import BatchSource
@@ -22,13 +29,6 @@ from hooks2callbacks._graph import AdapterGraph, DefaultGraphScope, log_key_of
 from hooks2callbacks._model import ModelMirror
 from hooks2callbacks._session import NOTHING_RAN, AdapterSession
 from hooks2callbacks._translate import install_saver, refusal
-
-from tensorflow.python.training.session_run_hook import (
-    SessionRunArgs,
-    SessionRunContext,
-    SessionRunHook,
-    SessionRunValues,
-)
 
 HOOK_METHODS = ("begin", "after_create_session", "before_run", "after_run", "end")
 
@@ -57,8 +57,17 @@ _STOCK_MODULE = "tensorflow.python.training.basic_session_run_hooks"
 class _Bound:
     """A hook with its methods looked up once, and its fetch plan."""
 
-    __slots__ = ("after_name", "after_run", "before_name", "before_run", "cached", "fetch_name", "hook",
-                 "needs_graph", "plan")
+    __slots__ = (
+        "after_name",
+        "after_run",
+        "before_name",
+        "before_run",
+        "cached",
+        "fetch_name",
+        "hook",
+        "needs_graph",
+        "plan",
+    )
 
     def __init__(self, hook: Any) -> None:
         self.hook = hook
@@ -204,8 +213,7 @@ def as_hook_list(hooks: Any, where: str = "HookCallback(hooks=...)") -> list[Any
     for index, hook in enumerate(hook_list):
         if isinstance(hook, type):
             raise TypeError(
-                f"{where}: item {index} is the class {hook.__name__}, not an instance of it. "
-                f"Pass {hook.__name__}(...)."
+                f"{where}: item {index} is the class {hook.__name__}, not an instance of it. Pass {hook.__name__}(...)."
             )
         if not is_hook(hook):
             raise TypeError(
@@ -376,13 +384,14 @@ class HookRunner:
         """Finishes the step: one graph run if needed, then every `after_run`.
 
         Args:
-            logs: The logs Keras reported for the step.
+            logs: The logs Keras reported for the step (as batch values where a
+                `BatchSource` gives them).
             steps: How many optimizer steps the batch callback covered.
 
         Returns:
             Whether a hook (or the coordinator) asked to stop.
         """
-        context: SessionRunContext = self._context  # type: ignore[assignment]  # set by before_run
+        context = cast(SessionRunContext, self._context)  # set by before_run
         batch = self._batch
         if batch is not None:
             logs = batch.logs(logs)
@@ -522,8 +531,17 @@ class HookRunner:
                 uses_step = uses_step or plan.uses_step
                 writes_step = writes_step or plan.writes_step
         # A variable another hook writes in the same run is loaded, not fed.
-        merged = Plan(None, _no_resolve, tuple(derived), tuple(sorted(fed)),
-                      tuple(e for e in reads if e not in loads), tuple(loads), tuple(stores), uses_step, writes_step)
+        merged = Plan(
+            None,
+            _no_resolve,
+            tuple(derived),
+            tuple(sorted(fed)),
+            tuple(e for e in reads if e not in loads),
+            tuple(loads),
+            tuple(stores),
+            uses_step,
+            writes_step,
+        )
         self.caller = "HookCallback (the step's graph run)"
         return self.session.run_graph(merged, logs, stale, self.caller, self._feeds)
 
@@ -551,8 +569,15 @@ def _check_args(where: str, args: Any) -> None:
 # Stock hooks whose per-step work is scheduled by the global step (or by time),
 # which act at the first execution boundary at or after their step.
 _STEP_SCHEDULED = frozenset(
-    {"StopAtStepHook", "CheckpointSaverHook", "StepCounterHook", "SummarySaverHook", "NanTensorHook",
-     "GlobalStepWaiterHook", "FinalOpsHook"}
+    {
+        "StopAtStepHook",
+        "CheckpointSaverHook",
+        "StepCounterHook",
+        "SummarySaverHook",
+        "NanTensorHook",
+        "GlobalStepWaiterHook",
+        "FinalOpsHook",
+    }
 )
 
 
@@ -570,7 +595,7 @@ def _counts_calls(bound: _Bound) -> bool:
 
 def _warn_steps_per_execution(model: Any, bound: list[_Bound]) -> None:
     """Warns when Keras calls the hooks once per N steps and some hook counts calls."""
-    value = getattr(model, "steps_per_execution", None)
+    value: Any = getattr(model, "steps_per_execution", None)
     if hasattr(value, "numpy"):  # tf_keras: a (possibly mirrored) tf.Variable
         value = value.numpy()
     per_execution = int(value or 1)
@@ -584,4 +609,5 @@ def _warn_steps_per_execution(model: Any, bound: list[_Bound]) -> None:
             "checkpoint, summary and step-counter hooks act at the first execution boundary at "
             "or after their step. For a call per step, compile with steps_per_execution=1.",
             UserWarning,
+            stacklevel=2,
         )

@@ -4,7 +4,8 @@ A fetch structure is compiled once into a `Plan`; a hook that returns the same
 fetches object every step (as the stock hooks do) reuses it. Each leaf is one of:
 
 * a Keras log key (`'loss'`, `'loss:0'`, or the adapter graph's tensor for it):
-  the value Keras reported, unchanged, with no graph run;
+  the step's value (the batch's own, or Keras's running mean with
+  `values="running_mean"`: see `hooks2callbacks._batch`), with no graph run;
 * the global step (the variable, its tensors, its name, or the model's
   `optimizer.iterations`): the step's value, with no graph run;
 * an eager `tf.Variable` or Keras variable, or the adapter graph's variable
@@ -24,7 +25,8 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -94,8 +96,10 @@ def log_value(
         return logs[key]
     except KeyError:
         missing = list(dict.fromkeys(k for k in (key, *keys) if k not in logs))
-        what = f"the Keras log key {missing[0]!r}" if len(missing) == 1 else (
-            f"the Keras log keys {', '.join(map(repr, missing))}"
+        what = (
+            f"the Keras log key {missing[0]!r}"
+            if len(missing) == 1
+            else (f"the Keras log keys {', '.join(map(repr, missing))}")
         )
         raise UnknownLogKeyError(
             f"{where} fetched {what}, which this step's logs do not contain. Available log keys: "
@@ -109,8 +113,12 @@ def describe_names(names: Mapping[str, Any]) -> str:
     """The names map as messages show it: names as given, variables by their Keras path."""
     if not names:
         return "none (HookCallback(names=...) was not given)"
-    return repr({k: v if isinstance(v, str) else f"<variable {getattr(v, 'path', getattr(v, 'name', v))}>"
-                 for k, v in names.items()})
+    return repr(
+        {
+            k: v if isinstance(v, str) else f"<variable {getattr(v, 'path', getattr(v, 'name', v))}>"
+            for k, v in names.items()
+        }
+    )
 
 
 def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -> Plan:
@@ -150,9 +158,7 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
             # What a strategy's run() returns in the graph: one value per replica.
             parts = [leaf(v) for v in obj.values]
             return lambda logs, step, ran: tuple(f(logs, step, ran) for f in parts)
-        raise TypeError(
-            f"{where} fetched {obj!r} of type {type(obj).__name__}. Accepted: {ACCEPTED}."
-        )
+        raise TypeError(f"{where} fetched {obj!r} of type {type(obj).__name__}. Accepted: {ACCEPTED}.")
 
     def name_leaf(name: str) -> Resolver:
         key = log_key_of(name)
@@ -253,7 +259,7 @@ def check_feeds(feed_dict: Any, graph: AdapterGraph, where: str) -> dict[Any, An
         if log_key is not None:
             raise ValueError(
                 f"{where} feeds {key!r}, the tensor of the Keras log key {log_key!r}. Its value is "
-                "what Keras logged for the step, and a feed would replace it. Feed only placeholders "
+                "the step's own value of that key, and a feed would replace it. Feed only placeholders "
                 "the hook built itself in begin(); the model's inputs come from the data given to "
                 "fit()/evaluate() (change them with a tf.data map or a keras.utils.PyDataset)."
             )

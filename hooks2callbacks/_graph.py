@@ -46,7 +46,9 @@ import os
 import re
 import sys
 import warnings
-from typing import Any, Mapping
+from collections.abc import Mapping
+from types import FrameType
+from typing import Any
 
 import tensorflow as tf
 from tensorflow.python.eager import context
@@ -59,8 +61,15 @@ _LOG_SCOPE = "keras_logs/"
 # Ops whose output is a serialized Summary: nobody fetches those by name, and
 # they are named after the value they summarize.
 _SUMMARY_OPS = frozenset(
-    {"ScalarSummary", "HistogramSummary", "ImageSummary", "AudioSummaryV2", "TensorSummary",
-     "TensorSummaryV2", "MergeSummary"}
+    {
+        "ScalarSummary",
+        "HistogramSummary",
+        "ImageSummary",
+        "AudioSummaryV2",
+        "TensorSummary",
+        "TensorSummaryV2",
+        "MergeSummary",
+    }
 )
 _KEYS = tf.compat.v1.GraphKeys
 # The collections that hold the model's variables (the mirror's), and the
@@ -72,13 +81,19 @@ _MODEL_KEYS = frozenset(
 # GraphKeys (SUMMARIES, UPDATE_OPS, LOCAL_VARIABLES, QUEUE_RUNNERS, ...) are
 # TF's own business, and any name outside GraphKeys is the model_fn's.
 FOREIGN_KEYS = frozenset(
-    {_KEYS.REGULARIZATION_LOSSES, _KEYS.TRAIN_OP, _KEYS.ACTIVATIONS, _KEYS.WEIGHTS, _KEYS.BIASES,
-     _KEYS.MOVING_AVERAGE_VARIABLES, _KEYS.METRIC_VARIABLES}
+    {
+        _KEYS.REGULARIZATION_LOSSES,
+        _KEYS.TRAIN_OP,
+        _KEYS.ACTIVATIONS,
+        _KEYS.WEIGHTS,
+        _KEYS.BIASES,
+        _KEYS.MOVING_AVERAGE_VARIABLES,
+        _KEYS.METRIC_VARIABLES,
+    }
 )
 _HINTS = {
     _KEYS.REGULARIZATION_LOSSES: (
-        " Keras's loss already includes the model's regularization losses, so get_total_loss() "
-        "is right without them."
+        " Keras's loss already includes the model's regularization losses, so get_total_loss() is right without them."
     ),
 }
 _GRAPH_KEYS = frozenset(v for k, v in vars(_KEYS).items() if k.isupper() and isinstance(v, str))
@@ -113,7 +128,9 @@ class DefaultGraphScope:
         self._graph = graph
         # What `context_switches.push` would record, made once.
         self._switch = context.ContextSwitch(
-            graph.building_function, graph.as_default, graph._device_function_stack  # pylint: disable=protected-access
+            graph.building_function,
+            graph.as_default,
+            graph._device_function_stack,  # pylint: disable=protected-access
         )
         self._was_eager: list[bool] = []
 
@@ -173,9 +190,7 @@ class AdapterGraph(tf.Graph):
             self._step_initializer = self.global_step.initializer
             self._step_feed = tf.compat.v1.placeholder(tf.int64, [], name="global_step_feed")
             self.step_assign = tf.compat.v1.assign(self.global_step, self._step_feed).op
-        self.step_tensor_names = frozenset(
-            {self.global_step.name, self.global_step.value().name, read.name}
-        )
+        self.step_tensor_names = frozenset({self.global_step.name, self.global_step.value().name, read.name})
         self.init_op: tf.Operation | None = None
         self.scope = DefaultGraphScope(self)
         self._own_ops = len(self.get_operations())
@@ -195,8 +210,7 @@ class AdapterGraph(tf.Graph):
         """
         mirror = self.mirror
         variables = [
-            v for v in tf.Graph.get_collection(self, _KEYS.GLOBAL_VARIABLES)
-            if mirror is None or not mirror.owns(v)
+            v for v in tf.Graph.get_collection(self, _KEYS.GLOBAL_VARIABLES) if mirror is None or not mirror.owns(v)
         ]
         restored = [e.variable.initializer for e in mirror.restored()] if mirror is not None else []
         with self.as_default():
@@ -219,7 +233,7 @@ class AdapterGraph(tf.Graph):
 
     def built_by_hooks(self) -> bool:
         """Whether hooks (or the model's variables they asked for) added ops, which a session will run."""
-        return any(op not in self.placeholder_keys for op in self.get_operations()[self._own_ops:])
+        return any(op not in self.placeholder_keys for op in self.get_operations()[self._own_ops :])
 
     def is_step(self, element: Any) -> bool:
         """Whether `element` (a tensor or variable of this graph) is the global step."""
@@ -278,7 +292,7 @@ class AdapterGraph(tf.Graph):
         if isinstance(meaning, str):
             return self.log_tensor(meaning)
         if isinstance(meaning, tf.Operation):
-            return meaning.outputs[0] if meaning.outputs else meaning  # type: ignore[return-value]
+            return meaning.outputs[0] if meaning.outputs else meaning
         if isinstance(meaning, tf.Tensor):
             return meaning
         return self.mirror.tensor(meaning)
@@ -324,7 +338,6 @@ class AdapterGraph(tf.Graph):
             UserWarning,
             stacklevel=3,
         )
-
 
     def _own_element(self, obj: Any, allow_tensor: bool, allow_operation: bool) -> Any:
         element = super().as_graph_element(obj, allow_tensor, allow_operation)
@@ -386,8 +399,10 @@ def _called_by_hook_code() -> bool:
     Skips this package and `ops.get_collection` (the public wrapper); the next
     frame is the reader.
     """
-    frame = sys._getframe(2)  # pylint: disable=protected-access
-    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE) or frame.f_code.co_filename == _OPS_FILE):
+    frame: FrameType | None = sys._getframe(2)  # pylint: disable=protected-access
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(_PACKAGE) or frame.f_code.co_filename == _OPS_FILE
+    ):
         frame = frame.f_back
     return frame is not None and not frame.f_code.co_filename.startswith(_FRAMEWORK)
 

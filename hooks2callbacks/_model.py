@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import keras
 import numpy as np
@@ -98,8 +99,20 @@ class Entry:
         variable: The TF1 variable, once built.
     """
 
-    __slots__ = ("name", "source", "trainable", "collections", "dtype", "shape", "read", "write", "read_only",
-                 "variable", "feed", "load_op")
+    __slots__ = (
+        "name",
+        "source",
+        "trainable",
+        "collections",
+        "dtype",
+        "shape",
+        "read",
+        "write",
+        "read_only",
+        "variable",
+        "feed",
+        "load_op",
+    )
 
     def __init__(
         self,
@@ -208,8 +221,12 @@ class ModelMirror:
         trainable = {id(v) for v in model.trainable_weights}
         for variable in model.weights:
             if id(variable) not in self._by_source:
-                add(variable, (_KEYS.GLOBAL_VARIABLES, _KEYS.MODEL_VARIABLES), id(variable) in trainable,
-                    tf1_name(variable, prefix))
+                add(
+                    variable,
+                    (_KEYS.GLOBAL_VARIABLES, _KEYS.MODEL_VARIABLES),
+                    id(variable) in trainable,
+                    tf1_name(variable, prefix),
+                )
         if optimizer is not None:
             for backing in _backing(optimizer.iterations):
                 self._step_sources.add(id(backing))
@@ -225,7 +242,7 @@ class ModelMirror:
         for name, variable in self._extra.items():
             if id(variable) not in self._by_source and id(variable) not in self._step_sources:
                 add(variable, (), False, name)
-        used = {self._graph.global_step.op.name}  # type: ignore[attr-defined]
+        used = {self._graph.global_step.op.name}
         for name, entry in named:
             entry.name = _unique(name, used)
             self._by_name[entry.name] = entry
@@ -261,8 +278,13 @@ class ModelMirror:
             return tf.compat.v1.placeholder(entry.dtype, entry.shape, name="keras_value")
 
         variable = tf.compat.v1.get_variable(
-            entry.name, shape=entry.shape, dtype=entry.dtype, initializer=keras_value,
-            trainable=entry.trainable, collections=list(entry.collections), use_resource=False,
+            entry.name,
+            shape=entry.shape,
+            dtype=entry.dtype,
+            initializer=keras_value,
+            trainable=entry.trainable,
+            collections=list(entry.collections),
+            use_resource=False,
         )
         entry.variable = variable
         entry.load_op = variable.initializer
@@ -294,12 +316,14 @@ class ModelMirror:
         Raises:
             ValueError: An entry cannot be written (`where` says what wrote it).
         """
+        writers = []
         for entry in entries:
             if entry.write is None:
                 raise ValueError(f"{where} wrote {entry.name!r}: {entry.read_only}")
+            writers.append(entry.write)
         values = session.run([e.variable for e in entries])
-        for entry, value in zip(entries, values):
-            entry.write(value)
+        for write, value in zip(writers, values, strict=True):
+            write(value)
 
     # -- what a graph run touches ----------------------------------------------------
 
@@ -330,16 +354,17 @@ class ModelMirror:
             if entry is not None:
                 if entry.read_only is not None:
                     raise ValueError(
-                        f"{where} runs the op {op.name!r} ({op.type}), which writes {entry.name!r}: "
-                        f"{entry.read_only}"
+                        f"{where} runs the op {op.name!r} ({op.type}), which writes {entry.name!r}: {entry.read_only}"
                     )
                 written[entry] = None
-        fed, loads = [], []
+        fed: list[Entry] = []
+        loads: list[Entry] = []
         for entry in touched:
             snapshot = entry.variable.value().op
             others = [op for op in entry.variable._ref().consumers() if op in ops_seen and op is not snapshot]  # pylint: disable=protected-access
             (loads if others or entry in written else fed).append(entry)
         return tuple(fed), tuple(loads), tuple(written)
+
 
 def writes_ref(op: tf.Operation) -> tf.Operation | None:
     """The variable op whose ref `op` takes as its first input to change it, or None."""
@@ -359,7 +384,7 @@ def tf1_name(variable: Any, model_prefix: str = "") -> str:
     if not isinstance(path, str):  # tf_keras, tf.Variable: "dense/kernel:0"
         path = re.sub(r":\d+$", "", str(getattr(variable, "name", "variable")))
     if model_prefix and path.startswith(model_prefix):
-        path = path[len(model_prefix):]
+        path = path[len(model_prefix) :]
     path = _REFUSED.sub("_", path) or "variable"
     return path if _FIRST.match(path) else "v" + path
 
@@ -423,16 +448,19 @@ def _rate_entry(optimizer: Any, model: Any) -> Entry:
     if isinstance(raw, (tf.Variable, keras.Variable)):
         return Entry(raw, False, (_KEYS.GLOBAL_VARIABLES,), _reader(raw, model), _writer(raw, model))
     if isinstance(optimizer, keras.optimizers.Optimizer):
+
         def computed() -> Any:
             if getattr(model, "jax_state_sync", None) is not None:
                 model.jax_state_sync()  # the schedule reads `iterations`
             with context.eager_mode():
                 return keras.ops.convert_to_numpy(optimizer.learning_rate)
     else:  # tf_keras: `learning_rate` is the rate of the last step; ask the schedule for the current one
+
         def computed() -> Any:
             with context.eager_mode():
                 value = raw(optimizer.iterations) if callable(raw) else optimizer.learning_rate
                 return np.asarray(value, dtype=np.float32)
+
     # Not in GLOBAL_VARIABLES: in TF1 a decayed rate was a tensor, not a variable.
     return Entry(None, False, (), computed, None, read_only=_SCHEDULED, dtype=tf.float32, shape=())
 
@@ -467,9 +495,14 @@ def _bare(graph: tf.Graph) -> Iterator[None]:
     The mirror is built on first need, which may be inside a hook's scopes (or
     inside the model's strategy, in `begin()`); its variables must not depend on them.
     """
-    with outside_strategy(graph), graph.name_scope(None), graph.control_dependencies(None), graph.device(None), \
-            graph.colocate_with(None, ignore_existing=True), \
-            tf.compat.v1.variable_scope(tf.compat.v1.VariableScope(False), auxiliary_name_scope=False):
+    with (
+        outside_strategy(graph),
+        graph.name_scope(None),
+        graph.control_dependencies(None),
+        graph.device(None),
+        graph.colocate_with(None, ignore_existing=True),
+        tf.compat.v1.variable_scope(tf.compat.v1.VariableScope(False), auxiliary_name_scope=False),
+    ):
         yield
 
 
@@ -504,7 +537,7 @@ def _to_mirror(value: Any, dtype: Any = None, name: Any = None, as_ref: bool = F
     if mirror is None or getattr(value, "_in_graph_mode", False):
         return NotImplemented  # not an adapter graph, or a variable of a graph
     if mirror.is_step(value):
-        variable = graph.global_step  # type: ignore[attr-defined]
+        variable = graph.global_step
     else:
         entry = mirror.of_variable(value)
         if entry is None:

@@ -23,8 +23,9 @@ import atexit
 import os
 import sys
 import threading
+from collections.abc import Sequence
 from types import FrameType
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from tensorflow.python.summary.writer.writer_cache import FileWriterCache
 
@@ -54,7 +55,7 @@ _owners: dict[int, Run] = {}  # id(hook) -> its run; the run holds the hook, so 
 
 def _loop_frame() -> FrameType | None:
     """The frame of the Keras loop (or user code) that called `on_*_begin`."""
-    frame = sys._getframe(1)  # pylint: disable=protected-access
+    frame: FrameType | None = sys._getframe(1)  # pylint: disable=protected-access
     # Skip this package, then Keras's CallbackList.on_*_begin (or a callback
     # that forwards its events to ours).
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):

@@ -16,7 +16,8 @@ global step to `optimizer.iterations`), before Keras's next step.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
@@ -43,7 +44,6 @@ def _session_config() -> tf.compat.v1.ConfigProto:
     config.CopyFrom(context.context().config)
     config.graph_options.rewrite_options.disable_meta_optimizer = True
     return config
-
 
 
 class AdapterSession:
@@ -135,7 +135,7 @@ class AdapterSession:
             graph.mirror.store(session, plan.stores, where)
         if plan.writes_step:
             self._store_step(session)
-        return dict(zip(plan.derived, values))
+        return dict(zip(plan.derived, values, strict=True))
 
     def open(self) -> None:
         """Makes the real session now (TF1 made it after `begin()`); it restores what

@@ -67,7 +67,8 @@ as its last: the stale global step is the new step minus one.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence, cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 import keras
 import tensorflow as tf
@@ -118,7 +119,8 @@ def _names_argument(names: Any) -> dict[str, Any]:
             hint = (
                 " A learning rate that a schedule computes is a tensor, not a variable: map the name "
                 "to 'learning_rate' instead."
-                if hasattr(value, "numpy") or isinstance(value, tf.Tensor) else ""
+                if hasattr(value, "numpy") or isinstance(value, tf.Tensor)
+                else ""
             )
             raise TypeError(
                 f"HookCallback(names=...): {key!r} maps to {value!r} of type {type(value).__name__}. "
@@ -249,8 +251,8 @@ class HookCallback(keras.callbacks.Callback):
             raise ValueError(f"HookCallback(mode=...) must be one of {MODES}, got {mode!r}.")
         if not isinstance(values, str) or values not in VALUES:
             raise ValueError(
-                f"HookCallback(values=...) must be one of {VALUES}, got {values!r}: \"batch\" gives "
-                "hooks each batch's own loss and metric values (as TF1 tensors), \"running_mean\" "
+                f'HookCallback(values=...) must be one of {VALUES}, got {values!r}: "batch" gives '
+                'hooks each batch\'s own loss and metric values (as TF1 tensors), "running_mean" '
                 "Keras's logs as reported."
             )
         if is_chief is not None and not isinstance(is_chief, bool):
@@ -331,8 +333,13 @@ class HookCallback(keras.callbacks.Callback):
         across_workers = is_multi_worker(strategy)
         batch = mode if self.values == "batch" and mode != "predict" else None
         self._runner = HookRunner(
-            hooks, model, _initial_step(model), advances=mode == "train", name=repr(self),
-            batch_values=batch, names=self.names,
+            hooks,
+            model,
+            _initial_step(model),
+            advances=mode == "train",
+            name=repr(self),
+            batch_values=batch,
+            names=self.names,
             strategy=None if is_default(strategy) or across_workers else strategy,
             outside_strategy_note=_ACROSS_WORKERS if across_workers else None,
         )

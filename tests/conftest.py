@@ -23,8 +23,10 @@ def K(request):
     if request.param == "keras":
         return keras
     if keras.backend.backend() != "tensorflow":
-        pytest.skip(f"tf_keras is TensorFlow-only; it is tested in the run with KERAS_BACKEND=tensorflow, "
-                    f"not again with {keras.backend.backend()!r}")
+        pytest.skip(
+            f"tf_keras is TensorFlow-only; it is tested in the run with KERAS_BACKEND=tensorflow, "
+            f"not again with {keras.backend.backend()!r}"
+        )
     if importlib.util.find_spec("tf_keras") is None:
         pytest.skip("tf_keras is not installed: pip install '.[test]' (or tf-keras)")
     import tf_keras

@@ -40,8 +40,9 @@ def mirrored(result_path: str) -> None:
 
 
 def train_mirrored(K, strategy) -> dict:
-    from hooks2callbacks import HookCallback
     from support import RecordingHook, iterations, make_data, make_model
+
+    from hooks2callbacks import HookCallback
 
     x, y = make_data()
     with strategy.scope():
@@ -60,7 +61,11 @@ def train_mirrored(K, strategy) -> dict:
     final = tf.compat.v1.train.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
     means = tf.compat.v1.train.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
     evaluated = model.evaluate(
-        x, y, batch_size=32, verbose=0, return_dict=True,
+        x,
+        y,
+        batch_size=32,
+        verbose=0,
+        return_dict=True,
         callbacks=[HookCallback(final, mode="eval"), HookCallback(means, mode="eval", values="running_mean")],
     )
     single_final = tf.compat.v1.train.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
@@ -108,8 +113,9 @@ def replicas(variable) -> list:
 
 
 def written_to_every_replica(K, strategy, x, y) -> dict:
-    from hooks2callbacks import HookCallback
     from support import make_model
+
+    from hooks2callbacks import HookCallback
 
     with strategy.scope():
         model = make_model(K)
@@ -124,9 +130,10 @@ def written_to_every_replica(K, strategy, x, y) -> dict:
 
 def multi_worker_early_stopping(K, strategy, x, y) -> dict:
     """tensorflow/estimator's early-stopping hook, which Estimator used under any train_distribute strategy."""
-    from hooks2callbacks import HookCallback
     from real_hooks import _MultiWorkerEarlyStoppingHook
     from support import iterations, make_model
+
+    from hooks2callbacks import HookCallback
 
     with strategy.scope():
         model = make_model(K)
@@ -178,9 +185,9 @@ def worker(hook_dir: str, result_path: str) -> None:
     # The strategy must exist before any other TF work in the process.
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     import tf_keras as K
+    from support import RecordingHook, iterations, make_data, make_model
 
     from hooks2callbacks import HookCallback
-    from support import RecordingHook, iterations, make_data, make_model
 
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     x, y = make_data()
@@ -201,8 +208,16 @@ def worker(hook_dir: str, result_path: str) -> None:
     keras_loss: list = []
     recorder = K.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs=None: keras_loss.append(logs["loss"]))
     model.fit(dataset, epochs=3, verbose=0, callbacks=[recorder, callback])
-    write(result_path, {"task": task, "calls": calls, "iterations": iterations(model),
-                        "hook_loss": hooks[0].results, "keras_loss": keras_loss})
+    write(
+        result_path,
+        {
+            "task": task,
+            "calls": calls,
+            "iterations": iterations(model),
+            "hook_loss": hooks[0].results,
+            "keras_loss": keras_loss,
+        },
+    )
 
 
 def write(path: str, value) -> None:

@@ -27,8 +27,8 @@ import os
 import re
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import nbformat
 from nbclient import NotebookClient

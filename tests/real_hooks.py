@@ -129,7 +129,6 @@ def count_parameters():
 # ============================================================================= end of copy
 
 misc = types.SimpleNamespace(count_parameters=count_parameters)  # how hooks.py imports it
-from tensorflow.python.summary.writer.writer_cache import FileWriterCache as SummaryWriterCache  # noqa: E402
 
 
 # =============================================================================

@@ -3,7 +3,8 @@ training loops that differential tests compare (TF1's MonitoredSession, Keras fi
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -244,8 +245,10 @@ def Recorder(
         w = None if sample_weight is None else sample_weight[part]
         values = ref.test_on_batch(x[part], y[part], sample_weight=w, return_dict=True)
         # As Keras's logs: a float where the value is a scalar (F1Score's is per class).
-        return {key: float(value) if np.size(value) == 1 and np.ndim(value) == 0 else np.asarray(value)
-                for key, value in values.items()}
+        return {
+            key: float(value) if np.size(value) == 1 and np.ndim(value) == 0 else np.asarray(value)
+            for key, value in values.items()
+        }
 
     def train_begin(batch: int, logs: Any) -> None:
         if ref is not None:
@@ -294,12 +297,20 @@ def run_keras(
         The model's optimizer iterations after the fit.
     """
     if max_steps % steps_per_epoch or not 0 < steps_per_epoch * BATCH <= len(_X):
-        raise ValueError(f"max_steps={max_steps} must be a multiple of steps_per_epoch={steps_per_epoch}, "
-                         f"itself in 1..{len(_X) // BATCH}")
+        raise ValueError(
+            f"max_steps={max_steps} must be a multiple of steps_per_epoch={steps_per_epoch}, "
+            f"itself in 1..{len(_X) // BATCH}"
+        )
     model = make_model(K) if model is None else model
     n = steps_per_epoch * BATCH
-    model.fit(_X[:n], _Y[:n], batch_size=BATCH, epochs=max_steps // steps_per_epoch, verbose=0,
-              callbacks=[*callbacks, HookCallback(hooks)])
+    model.fit(
+        _X[:n],
+        _Y[:n],
+        batch_size=BATCH,
+        epochs=max_steps // steps_per_epoch,
+        verbose=0,
+        callbacks=[*callbacks, HookCallback(hooks)],
+    )
     return iterations(model)
 
 
@@ -324,8 +335,15 @@ def tf1_mlp(weights: Sequence[np.ndarray], learning_rate: float = 0.05, scopes: 
     """
     v1 = tf.compat.v1
     keys = v1.GraphKeys
-    step = v1.get_variable("global_step", [], tf.int64, v1.zeros_initializer(), trainable=False,
-                           use_resource=False, collections=[keys.GLOBAL_VARIABLES, keys.GLOBAL_STEP])
+    step = v1.get_variable(
+        "global_step",
+        [],
+        tf.int64,
+        v1.zeros_initializer(),
+        trainable=False,
+        use_resource=False,
+        collections=[keys.GLOBAL_VARIABLES, keys.GLOBAL_STEP],
+    )
     x = v1.placeholder(tf.float32, [None, N_FEATURES], name="x")
     y = v1.placeholder(tf.int64, [None], name="y")
     h = x
@@ -337,11 +355,8 @@ def tf1_mlp(weights: Sequence[np.ndarray], learning_rate: float = 0.05, scopes: 
         if i == 0:
             h = tf.nn.relu(h)
     tf.identity(h, name="logits")
-    rate = v1.get_variable("learning_rate", initializer=np.float32(learning_rate), trainable=False,
-                           use_resource=False)
-    loss = tf.identity(
-        tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h)), name="loss"
-    )
+    rate = v1.get_variable("learning_rate", initializer=np.float32(learning_rate), trainable=False, use_resource=False)
+    loss = tf.identity(tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h)), name="loss")
     # As in `run_tf1`: the step read that hooks use happens before the increment.
     read = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
     with tf.control_dependencies([read]):
@@ -357,12 +372,16 @@ class FinalValues(tf.compat.v1.train.SessionRunHook):
     def end(self, session: Any) -> None:
         variables = tf.compat.v1.global_variables()
         values = session.run(variables)
-        self.values = {v.op.name: value for v, value in zip(variables, values)}
+        self.values = {v.op.name: value for v, value in zip(variables, values, strict=True)}
 
 
 def run_tf1_mlp(
-    hooks: Any, weights: Sequence[np.ndarray], steps: int, learning_rate: float = 0.05,
-    scopes: Sequence[str] = TF1_NAMES, before_step: Callable[[], None] | None = None,
+    hooks: Any,
+    weights: Sequence[np.ndarray],
+    steps: int,
+    learning_rate: float = 0.05,
+    scopes: Sequence[str] = TF1_NAMES,
+    before_step: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Trains `tf1_mlp` for `steps` batches of `BATCH` (in order) under a real MonitoredSession.
 
@@ -390,9 +409,7 @@ def run_tf1_mlp(
     return final.values
 
 
-def fit_mlp(
-    K: Any, hooks: Any, steps: int, model: Any = None, names: Any = None, **compile_args: Any
-) -> Any:
+def fit_mlp(K: Any, hooks: Any, steps: int, model: Any = None, names: Any = None, **compile_args: Any) -> Any:
     """The Keras side of `run_tf1_mlp`: `steps` batches of `BATCH`, in order, under `HookCallback(hooks)`.
 
     Returns:
@@ -400,6 +417,13 @@ def fit_mlp(
     """
     model = model or make_model(K, layer_names=TF1_NAMES, **compile_args)
     n = steps * BATCH
-    model.fit(_X[:n], _Y[:n], batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
-              callbacks=[HookCallback(hooks, names=names)])
+    model.fit(
+        _X[:n],
+        _Y[:n],
+        batch_size=BATCH,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=[HookCallback(hooks, names=names)],
+    )
     return model

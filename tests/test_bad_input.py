@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import re
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from support import OnlyAfterRun, RecordingHook, make_data, make_model
 
 from hooks2callbacks import BatchValueError, HookCallback, UnknownLogKeyError, log_tensor
-from support import OnlyAfterRun, RecordingHook, make_data, make_model
 
 T = tf.compat.v1.train
 X, Y = make_data(96)  # 3 batches of 32
@@ -134,8 +135,12 @@ STRAY = tf.Variable(1.0, name="stray")  # an eager variable that is no model's
 
 def write_to_a_scheduled_rate() -> None:
     model = make_model(learning_rate=keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5))
-    fit(Fetches(lambda: tf.compat.v1.assign(
-        tf.compat.v1.get_default_graph().get_tensor_by_name("learning_rate:0"), 0.0)), model=model)
+    fit(
+        Fetches(
+            lambda: tf.compat.v1.assign(tf.compat.v1.get_default_graph().get_tensor_by_name("learning_rate:0"), 0.0)
+        ),
+        model=model,
+    )
 
 
 class Feeds(Fetches):
@@ -165,139 +170,337 @@ HOOK_TYPES = r"A hook is any object with some of begin, after_create_session, be
 # (id, what the user does, the error, a pattern for its message)
 CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     # -- HookCallback's arguments ------------------------------------------------
-    ("hooks-not-a-hook", lambda: HookCallback(Nothing()), TypeError,
-     rf"HookCallback\(hooks=\.\.\.\) takes a hook, .*got <.*Nothing object.*> of type Nothing\. {HOOK_TYPES}"),
-    ("hooks-a-string", lambda: HookCallback("LoggingTensorHook"), TypeError,
-     r"HookCallback\(hooks=\.\.\.\) takes .*got 'LoggingTensorHook' of type str"),
+    (
+        "hooks-not-a-hook",
+        lambda: HookCallback(Nothing()),
+        TypeError,
+        rf"HookCallback\(hooks=\.\.\.\) takes a hook, .*got <.*Nothing object.*> of type Nothing\. {HOOK_TYPES}",
+    ),
+    (
+        "hooks-a-string",
+        lambda: HookCallback("LoggingTensorHook"),
+        TypeError,
+        r"HookCallback\(hooks=\.\.\.\) takes .*got 'LoggingTensorHook' of type str",
+    ),
     ("hooks-a-number", lambda: HookCallback(42), TypeError, r"got 42 of type int"),
-    ("hooks-a-dict", lambda: HookCallback({"log": OnlyAfterRun()}), TypeError,
-     r"HookCallback\(hooks=\.\.\.\): item 0 is 'log' of type str, which has none of the hook methods"),
-    ("no-hook-methods", lambda: HookCallback([OnlyAfterRun(), Nothing()]), TypeError,
-     r"HookCallback\(hooks=\.\.\.\): item 1 is .*Nothing.* of type Nothing, which has none of the hook "
-     r"methods begin, .*Pass tf\.compat\.v1\.train\.SessionRunHook instances"),
-    ("hook-method-not-callable", lambda: HookCallback([NotCallable()]), TypeError,
-     r"item 0 is .*NotCallable.*none of the hook methods"),
-    ("a-hook-class", lambda: HookCallback([OnlyAfterRun]), TypeError,
-     r"item 0 is the class OnlyAfterRun, not an instance of it\. Pass OnlyAfterRun\(\.\.\.\)"),
-    ("a-hook-class-alone", lambda: HookCallback(T.NanTensorHook), TypeError,
-     r"takes a hook, .*got <class .*NanTensorHook'> of type type"),
-    ("feed-fn-hook", lambda: HookCallback([T.FeedFnHook(lambda: {})]), TypeError,
-     r"item 0 is a FeedFnHook.*not from feeds.*tf\.data\.Dataset\.map"),
-    ("feed-fn-hook-alone", lambda: HookCallback(T.FeedFnHook(lambda: {})), TypeError,
-     r"HookCallback\(hooks=\.\.\.\) got a FeedFnHook.*not from feeds.*tf\.data\.Dataset\.map"),
-    ("duplicate-hook", lambda: HookCallback([h := OnlyAfterRun(), h]), ValueError,
-     r"item 1 \(OnlyAfterRun\) appears twice in the list\. .*pass it once"),
-    ("hook-in-hooks-and-chief-only", lambda: HookCallback(h := OnlyAfterRun(), chief_only_hooks=[h]), ValueError,
-     r"HookCallback\(chief_only_hooks=\.\.\.\): item 0 \(OnlyAfterRun\) is also in hooks.*List it in one"),
-    ("bad-chief-only-hooks", lambda: HookCallback([], chief_only_hooks=[Nothing()]), TypeError,
-     r"HookCallback\(chief_only_hooks=\.\.\.\): item 0 is .*Nothing"),
-    ("mode-misspelt", lambda: HookCallback(OnlyAfterRun(), mode="training"), ValueError,
-     r"HookCallback\(mode=\.\.\.\) must be one of \('train', 'eval', 'predict'\), got 'training'"),
+    (
+        "hooks-a-dict",
+        lambda: HookCallback({"log": OnlyAfterRun()}),
+        TypeError,
+        r"HookCallback\(hooks=\.\.\.\): item 0 is 'log' of type str, which has none of the hook methods",
+    ),
+    (
+        "no-hook-methods",
+        lambda: HookCallback([OnlyAfterRun(), Nothing()]),
+        TypeError,
+        r"HookCallback\(hooks=\.\.\.\): item 1 is .*Nothing.* of type Nothing, which has none of the hook "
+        r"methods begin, .*Pass tf\.compat\.v1\.train\.SessionRunHook instances",
+    ),
+    (
+        "hook-method-not-callable",
+        lambda: HookCallback([NotCallable()]),
+        TypeError,
+        r"item 0 is .*NotCallable.*none of the hook methods",
+    ),
+    (
+        "a-hook-class",
+        lambda: HookCallback([OnlyAfterRun]),
+        TypeError,
+        r"item 0 is the class OnlyAfterRun, not an instance of it\. Pass OnlyAfterRun\(\.\.\.\)",
+    ),
+    (
+        "a-hook-class-alone",
+        lambda: HookCallback(T.NanTensorHook),
+        TypeError,
+        r"takes a hook, .*got <class .*NanTensorHook'> of type type",
+    ),
+    (
+        "feed-fn-hook",
+        lambda: HookCallback([T.FeedFnHook(lambda: {})]),
+        TypeError,
+        r"item 0 is a FeedFnHook.*not from feeds.*tf\.data\.Dataset\.map",
+    ),
+    (
+        "feed-fn-hook-alone",
+        lambda: HookCallback(T.FeedFnHook(lambda: {})),
+        TypeError,
+        r"HookCallback\(hooks=\.\.\.\) got a FeedFnHook.*not from feeds.*tf\.data\.Dataset\.map",
+    ),
+    (
+        "duplicate-hook",
+        lambda: HookCallback([h := OnlyAfterRun(), h]),
+        ValueError,
+        r"item 1 \(OnlyAfterRun\) appears twice in the list\. .*pass it once",
+    ),
+    (
+        "hook-in-hooks-and-chief-only",
+        lambda: HookCallback(h := OnlyAfterRun(), chief_only_hooks=[h]),
+        ValueError,
+        r"HookCallback\(chief_only_hooks=\.\.\.\): item 0 \(OnlyAfterRun\) is also in hooks.*List it in one",
+    ),
+    (
+        "bad-chief-only-hooks",
+        lambda: HookCallback([], chief_only_hooks=[Nothing()]),
+        TypeError,
+        r"HookCallback\(chief_only_hooks=\.\.\.\): item 0 is .*Nothing",
+    ),
+    (
+        "mode-misspelt",
+        lambda: HookCallback(OnlyAfterRun(), mode="training"),
+        ValueError,
+        r"HookCallback\(mode=\.\.\.\) must be one of \('train', 'eval', 'predict'\), got 'training'",
+    ),
     ("mode-none", lambda: HookCallback(OnlyAfterRun(), mode=None), ValueError, r"must be one of .*got None"),
-    ("values-misspelt", lambda: HookCallback(OnlyAfterRun(), values="mean"), ValueError,
-     r"HookCallback\(values=\.\.\.\) must be one of \('batch', 'running_mean'\), got 'mean': \"batch\" gives "
-     r"hooks each batch's own loss and metric values"),
-    ("is-chief-not-bool", lambda: HookCallback([], is_chief="yes"), TypeError,
-     r"HookCallback\(is_chief=\.\.\.\) must be True, False or None .*got 'yes' of type str"),
-    ("factory-returns-non-hooks", lambda: fit(lambda: 3), TypeError,
-     r"What the hooks factory .*<lambda>\(\) returned takes a hook, .*got 3 of type int"),
+    (
+        "values-misspelt",
+        lambda: HookCallback(OnlyAfterRun(), values="mean"),
+        ValueError,
+        r"HookCallback\(values=\.\.\.\) must be one of \('batch', 'running_mean'\), got 'mean': \"batch\" gives "
+        r"hooks each batch's own loss and metric values",
+    ),
+    (
+        "is-chief-not-bool",
+        lambda: HookCallback([], is_chief="yes"),
+        TypeError,
+        r"HookCallback\(is_chief=\.\.\.\) must be True, False or None .*got 'yes' of type str",
+    ),
+    (
+        "factory-returns-non-hooks",
+        lambda: fit(lambda: 3),
+        TypeError,
+        r"What the hooks factory .*<lambda>\(\) returned takes a hook, .*got 3 of type int",
+    ),
     # -- Keras calls ---------------------------------------------------------------
-    ("eval-callback-in-predict", lambda: make_model().predict(X, verbose=0, callbacks=[HookCallback(OnlyAfterRun(), mode="eval")]),
-     ValueError, r"HookCallback\(mode='eval', hooks=\[OnlyAfterRun\]\) was passed to a Keras predict\(\) call.*"
-     r"Use HookCallback\(\.\.\., mode='predict'\) there"),
-    ("model-without-optimizer", model_without_optimizer, ValueError,
-     r"HookCallback\(mode='train', hooks=\[OnlyAfterRun\]\) was passed to fit\(\) of a model without an "
-     r"optimizer .*model\.compile\(optimizer=\.\.\., loss=\.\.\.\)"),
-    ("same-hook-in-two-callbacks", same_hook_in_two_callbacks, ValueError,
-     r"HookCallback\(mode='train', hooks=\[OnlyAfterRun\]\): hook 0 \(OnlyAfterRun\) is already running in "
-     r"HookCallback\(mode='train'.*Give each HookCallback its own hook instances"),
-    ("same-hook-in-train-and-eval", same_hook_in_train_and_eval_callbacks, ValueError,
-     r"HookCallback\(mode='eval', hooks=\[OnlyAfterRun\]\): hook 0 \(OnlyAfterRun\) is already running in "
-     r"HookCallback\(mode='train'"),
+    (
+        "eval-callback-in-predict",
+        lambda: make_model().predict(X, verbose=0, callbacks=[HookCallback(OnlyAfterRun(), mode="eval")]),
+        ValueError,
+        r"HookCallback\(mode='eval', hooks=\[OnlyAfterRun\]\) was passed to a Keras predict\(\) call.*"
+        r"Use HookCallback\(\.\.\., mode='predict'\) there",
+    ),
+    (
+        "model-without-optimizer",
+        model_without_optimizer,
+        ValueError,
+        r"HookCallback\(mode='train', hooks=\[OnlyAfterRun\]\) was passed to fit\(\) of a model without an "
+        r"optimizer .*model\.compile\(optimizer=\.\.\., loss=\.\.\.\)",
+    ),
+    (
+        "same-hook-in-two-callbacks",
+        same_hook_in_two_callbacks,
+        ValueError,
+        r"HookCallback\(mode='train', hooks=\[OnlyAfterRun\]\): hook 0 \(OnlyAfterRun\) is already running in "
+        r"HookCallback\(mode='train'.*Give each HookCallback its own hook instances",
+    ),
+    (
+        "same-hook-in-train-and-eval",
+        same_hook_in_train_and_eval_callbacks,
+        ValueError,
+        r"HookCallback\(mode='eval', hooks=\[OnlyAfterRun\]\): hook 0 \(OnlyAfterRun\) is already running in "
+        r"HookCallback\(mode='train'",
+    ),
     # -- what before_run returns --------------------------------------------------------
-    ("before-run-returns-a-string", lambda: fit(Returns("loss")), TypeError,
-     r"Returns\.before_run\(\) returned 'loss' of type str\. It must return None or "
-     r"tf\.compat\.v1\.train\.SessionRunArgs\(fetches\)"),
-    ("before-run-returns-a-dict", lambda: fit(Returns({"fetches": "loss"})), TypeError,
-     r"Returns\.before_run\(\) returned \{'fetches': 'loss'\} of type dict"),
-    ("feed-dict-of-a-model-input", lambda: fit(Returns(T.SessionRunArgs("loss", feed_dict={"x:0": 1}))), ValueError,
-     r"Returns\.before_run\(\) feeds 'x:0', which names no tensor of the adapter graph\. Feed only placeholders "
-     r"the hook built in begin\(\).*Keras takes its inputs from the data given to fit\(\)/evaluate\(\).*"
-     r"tf\.data map or a keras\.utils\.PyDataset"),
-    ("feed-dict-of-a-log-tensor", lambda: fit(Returns(lambda: T.SessionRunArgs("loss", feed_dict={log_tensor("loss"): 1.0}))),
-     ValueError, r"Returns\.before_run\(\) feeds <tf\.Tensor 'keras_logs/loss:0'.*>, the tensor of the Keras log key "
-     r"'loss'\. Its value is what Keras logged for the step, and a feed would replace it\. Feed only placeholders the "
-     r"hook built itself in begin\(\)"),
-    ("feed-dict-of-the-global-step", lambda: fit(Returns(T.SessionRunArgs("loss", feed_dict={"global_step:0": 7}))),
-     ValueError, r"Returns\.before_run\(\) feeds 'global_step:0', the global step\. Its value is the Keras "
-     r"optimizer's step count \(model\.optimizer\.iterations\), and a feed would replace it"),
-    ("full-trace", lambda: fit(Returns(T.SessionRunArgs("loss", options=FULL_TRACE))), ValueError,
-     r"Returns\.before_run\(\) requested RunOptions with trace_level=FULL_TRACE.*"
-     r"keras\.callbacks\.TensorBoard\(profile_batch=\.\.\.\)"),
+    (
+        "before-run-returns-a-string",
+        lambda: fit(Returns("loss")),
+        TypeError,
+        r"Returns\.before_run\(\) returned 'loss' of type str\. It must return None or "
+        r"tf\.compat\.v1\.train\.SessionRunArgs\(fetches\)",
+    ),
+    (
+        "before-run-returns-a-dict",
+        lambda: fit(Returns({"fetches": "loss"})),
+        TypeError,
+        r"Returns\.before_run\(\) returned \{'fetches': 'loss'\} of type dict",
+    ),
+    (
+        "feed-dict-of-a-model-input",
+        lambda: fit(Returns(T.SessionRunArgs("loss", feed_dict={"x:0": 1}))),
+        ValueError,
+        r"Returns\.before_run\(\) feeds 'x:0', which names no tensor of the adapter graph\. Feed only placeholders "
+        r"the hook built in begin\(\).*Keras takes its inputs from the data given to fit\(\)/evaluate\(\).*"
+        r"tf\.data map or a keras\.utils\.PyDataset",
+    ),
+    (
+        "feed-dict-of-a-log-tensor",
+        lambda: fit(Returns(lambda: T.SessionRunArgs("loss", feed_dict={log_tensor("loss"): 1.0}))),
+        ValueError,
+        r"Returns\.before_run\(\) feeds <tf\.Tensor 'keras_logs/loss:0'.*>, the tensor of the Keras log key "
+        r"'loss'\. Its value is the step's own value of that key, and a feed would replace it\. "
+        r"Feed only placeholders the hook built itself in begin\(\)",
+    ),
+    (
+        "feed-dict-of-the-global-step",
+        lambda: fit(Returns(T.SessionRunArgs("loss", feed_dict={"global_step:0": 7}))),
+        ValueError,
+        r"Returns\.before_run\(\) feeds 'global_step:0', the global step\. Its value is the Keras "
+        r"optimizer's step count \(model\.optimizer\.iterations\), and a feed would replace it",
+    ),
+    (
+        "full-trace",
+        lambda: fit(Returns(T.SessionRunArgs("loss", options=FULL_TRACE))),
+        ValueError,
+        r"Returns\.before_run\(\) requested RunOptions with trace_level=FULL_TRACE.*"
+        r"keras\.callbacks\.TensorBoard\(profile_batch=\.\.\.\)",
+    ),
     # -- fetches ---------------------------------------------------------------------------
-    ("unknown-log-key", lambda: fit(Fetches("val_loss")), UnknownLogKeyError,
-     rf"Fetches\.before_run\(\) fetched the Keras log key 'val_loss', which this step's logs do not contain\. {LOG_KEYS}"),
-    ("unknown-log-key-no-after-run", lambda: fit(Returns(T.SessionRunArgs("val_loss"))), UnknownLogKeyError,
-     rf"Returns\.before_run\(\) fetched the Keras log key 'val_loss'.*{LOG_KEYS}"),
-    ("unknown-key-nested", lambda: fit(Fetches(["loss", {"x": "acc"}])), UnknownLogKeyError,
-     rf"Fetches\.before_run\(\) fetched the Keras log key 'acc'.*{LOG_KEYS}"),
-    ("unknown-tensor-name", lambda: fit(Fetches("loss:1")), ValueError,
-     r"Fetches\.before_run\(\) fetched 'loss:1', which names no tensor of the adapter graph; a Keras "
-     r"log key is fetched as 'key' or 'key:0'"),
-    ("fetch-none", lambda: fit(Fetches(None)), TypeError,
-     rf"Fetches\.before_run\(\) fetched None of type NoneType\. {ACCEPTED}"),
-    ("fetch-numpy-array", lambda: fit(Fetches(np.zeros(2))), TypeError,
-     rf"Fetches\.before_run\(\) fetched array\(\[0\., 0\.\]\) of type ndarray\. {ACCEPTED}"),
+    (
+        "unknown-log-key",
+        lambda: fit(Fetches("val_loss")),
+        UnknownLogKeyError,
+        rf"Fetches\.before_run\(\) fetched the Keras log key 'val_loss', which this step's logs do not "
+        rf"contain\. {LOG_KEYS}",
+    ),
+    (
+        "unknown-log-key-no-after-run",
+        lambda: fit(Returns(T.SessionRunArgs("val_loss"))),
+        UnknownLogKeyError,
+        rf"Returns\.before_run\(\) fetched the Keras log key 'val_loss'.*{LOG_KEYS}",
+    ),
+    (
+        "unknown-key-nested",
+        lambda: fit(Fetches(["loss", {"x": "acc"}])),
+        UnknownLogKeyError,
+        rf"Fetches\.before_run\(\) fetched the Keras log key 'acc'.*{LOG_KEYS}",
+    ),
+    (
+        "unknown-tensor-name",
+        lambda: fit(Fetches("loss:1")),
+        ValueError,
+        r"Fetches\.before_run\(\) fetched 'loss:1', which names no tensor of the adapter graph; a Keras "
+        r"log key is fetched as 'key' or 'key:0'",
+    ),
+    (
+        "fetch-none",
+        lambda: fit(Fetches(None)),
+        TypeError,
+        rf"Fetches\.before_run\(\) fetched None of type NoneType\. {ACCEPTED}",
+    ),
+    (
+        "fetch-numpy-array",
+        lambda: fit(Fetches(np.zeros(2))),
+        TypeError,
+        rf"Fetches\.before_run\(\) fetched array\(\[0\., 0\.\]\) of type ndarray\. {ACCEPTED}",
+    ),
     ("fetch-set", lambda: fit(Fetches({"loss"})), TypeError, rf"fetched \{{'loss'\}} of type set\. {ACCEPTED}"),
-    ("fetch-generator", lambda: fit(Fetches(lambda: (k for k in ["loss"]))), TypeError,
-     rf"Fetches\.before_run\(\) fetched <generator .*> of type generator\. {ACCEPTED}"),
-    ("fetch-too-deep", lambda: fit(Fetches(deep(120))), ValueError,
-     r"Fetches\.before_run\(\) fetched a structure nested deeper than 100 levels"),
-    ("foreign-graph-tensor", lambda: fit(Fetches(FOREIGN_TENSOR)), ValueError,
-     r"Fetches\.before_run\(\) fetched .*foreign.*, which belongs to another graph\. Hooks must build their "
-     r"tensors in begin\(\).*or fetch log keys by name"),
-    ("tensor-of-an-earlier-run", tensor_of_an_earlier_run, ValueError,
-     r"Fetches\.before_run\(\) fetched .*keras_logs/loss.*, which belongs to the adapter graph of another "
-     r"run \(an earlier fit/evaluate, or another HookCallback\)"),
-    ("session-run-unknown-key", lambda: fit(SessionRun("lr")), UnknownLogKeyError,
-     rf"SessionRun\.after_run\(\) \(through session\.run\) fetched the Keras log key 'lr'.*{LOG_KEYS}"),
-    ("fetch-a-metric-without-batch-values", lambda: fit(Fetches("calls"), model=model_with_a_custom_metric()),
-     BatchValueError,
-     r"The log key 'calls' has no per-batch value: it is the result of the metric Calls\(name='calls'\), whose "
-     r"class defines its own update_state.*Either pass HookCallback\(\.\.\., values='running_mean'\)"),
-    ("session-run-numpy", lambda: fit(SessionRun(np.ones(1))), TypeError,
-     rf"SessionRun\.after_run\(\) \(through session\.run\) fetched .* of type ndarray\. {ACCEPTED}"),
-    ("unknown-tf1-names", lambda: fit(Fetches(["cross_entropy:0", "loss", "train_accuracy"])), UnknownLogKeyError,
-     rf"Fetches\.before_run\(\) fetched the Keras log keys 'cross_entropy', 'train_accuracy', which this step's logs "
-     rf"do not contain\. {LOG_KEYS}\. Names map: none \(HookCallback\(names=\.\.\.\) was not given\)\. .*"
-     r"HookCallback\(names=\{'tf1_name': 'loss'\}\)"),
-    ("unknown-name-with-a-names-map", lambda: fit(HookCallback(Fetches("l2_loss"), names={"cross_entropy": "loss"})),
-     UnknownLogKeyError, rf"fetched the Keras log key 'l2_loss'.*{LOG_KEYS}\. Names map: \{{'cross_entropy': 'loss'\}}"),
+    (
+        "fetch-generator",
+        lambda: fit(Fetches(lambda: (k for k in ["loss"]))),
+        TypeError,
+        rf"Fetches\.before_run\(\) fetched <generator .*> of type generator\. {ACCEPTED}",
+    ),
+    (
+        "fetch-too-deep",
+        lambda: fit(Fetches(deep(120))),
+        ValueError,
+        r"Fetches\.before_run\(\) fetched a structure nested deeper than 100 levels",
+    ),
+    (
+        "foreign-graph-tensor",
+        lambda: fit(Fetches(FOREIGN_TENSOR)),
+        ValueError,
+        r"Fetches\.before_run\(\) fetched .*foreign.*, which belongs to another graph\. Hooks must build their "
+        r"tensors in begin\(\).*or fetch log keys by name",
+    ),
+    (
+        "tensor-of-an-earlier-run",
+        tensor_of_an_earlier_run,
+        ValueError,
+        r"Fetches\.before_run\(\) fetched .*keras_logs/loss.*, which belongs to the adapter graph of another "
+        r"run \(an earlier fit/evaluate, or another HookCallback\)",
+    ),
+    (
+        "session-run-unknown-key",
+        lambda: fit(SessionRun("lr")),
+        UnknownLogKeyError,
+        rf"SessionRun\.after_run\(\) \(through session\.run\) fetched the Keras log key 'lr'.*{LOG_KEYS}",
+    ),
+    (
+        "fetch-a-metric-without-batch-values",
+        lambda: fit(Fetches("calls"), model=model_with_a_custom_metric()),
+        BatchValueError,
+        r"The log key 'calls' has no per-batch value: it is the result of the metric Calls\(name='calls'\), whose "
+        r"class defines its own update_state.*Either pass HookCallback\(\.\.\., values='running_mean'\)",
+    ),
+    (
+        "session-run-numpy",
+        lambda: fit(SessionRun(np.ones(1))),
+        TypeError,
+        rf"SessionRun\.after_run\(\) \(through session\.run\) fetched .* of type ndarray\. {ACCEPTED}",
+    ),
+    (
+        "unknown-tf1-names",
+        lambda: fit(Fetches(["cross_entropy:0", "loss", "train_accuracy"])),
+        UnknownLogKeyError,
+        rf"Fetches\.before_run\(\) fetched the Keras log keys 'cross_entropy', 'train_accuracy', which this "
+        rf"step's logs do not contain\. {LOG_KEYS}\. Names map: none "
+        r"\(HookCallback\(names=\.\.\.\) was not given\)\. .*"
+        r"HookCallback\(names=\{'tf1_name': 'loss'\}\)",
+    ),
+    (
+        "unknown-name-with-a-names-map",
+        lambda: fit(HookCallback(Fetches("l2_loss"), names={"cross_entropy": "loss"})),
+        UnknownLogKeyError,
+        rf"fetched the Keras log key 'l2_loss'.*{LOG_KEYS}\. Names map: \{{'cross_entropy': 'loss'\}}",
+    ),
     # -- the model's variables ------------------------------------------------------------
-    ("write-to-a-scheduled-learning-rate", write_to_a_scheduled_rate, ValueError,
-     r"Fetches\.before_run\(\) runs the op 'Assign(_\d+)?' \(Assign\), which writes 'learning_rate': the optimizer's "
-     r"learning rate is computed from the global step by a schedule \(or a callable\) at every step, so a value "
-     r"written to it would be overwritten\. Compile with a float rate .*keras\.callbacks\.LearningRateScheduler"),
-    ("eager-variable-not-of-the-model", lambda: fit(Fetches(lambda: tf.multiply(STRAY, 2.0))), ValueError,
-     r"Fetches\.begin\(\) used the eager variable 'stray:0' in an op of the adapter graph, and it is neither the "
-     r"Keras model's nor its optimizer's.*HookCallback\(names=\{'some_name': variable\}\)"),
-    ("a-placeholder-fed-by-two-hooks", fed_by_two_hooks, RuntimeError,
-     r"Feeds\.before_run\(\) feeds \['shared:0'\], which another hook feeds in the same step\."),
+    (
+        "write-to-a-scheduled-learning-rate",
+        write_to_a_scheduled_rate,
+        ValueError,
+        r"Fetches\.before_run\(\) runs the op 'Assign(_\d+)?' \(Assign\), which writes 'learning_rate': the "
+        r"optimizer's learning rate is computed from the global step by a schedule \(or a callable\) at every "
+        r"step, so a value written to it would be overwritten\. Compile with a float rate "
+        r".*keras\.callbacks\.LearningRateScheduler",
+    ),
+    (
+        "eager-variable-not-of-the-model",
+        lambda: fit(Fetches(lambda: tf.multiply(STRAY, 2.0))),
+        ValueError,
+        r"Fetches\.begin\(\) used the eager variable 'stray:0' in an op of the adapter graph, and it is neither the "
+        r"Keras model's nor its optimizer's.*HookCallback\(names=\{'some_name': variable\}\)",
+    ),
+    (
+        "a-placeholder-fed-by-two-hooks",
+        fed_by_two_hooks,
+        RuntimeError,
+        r"Feeds\.before_run\(\) feeds \['shared:0'\], which another hook feeds in the same step\.",
+    ),
     # -- HookCallback(names=...) ------------------------------------------------------------
-    ("names-not-a-dict", lambda: HookCallback([], names=[("cross_entropy", "loss")]), TypeError,
-     r"HookCallback\(names=\.\.\.\) takes a dict from TF1 names to Keras log keys or variables, such as "
-     r"\{'cross_entropy': 'loss'\}, got \[\('cross_entropy', 'loss'\)\] of type list"),
-    ("names-key-not-a-name", lambda: HookCallback([], names={"cross entropy": "loss"}), ValueError,
-     r"HookCallback\(names=\.\.\.\): the key 'cross entropy' is not a TF1 tensor name\. Use names such as "
-     r"'cross_entropy' or 'cross_entropy:0'"),
-    ("names-value-a-number", lambda: HookCallback([], names={"learning_rate_ref": 0.05}), TypeError,
-     r"HookCallback\(names=\.\.\.\): 'learning_rate_ref' maps to 0\.05 of type float\. A TF1 name maps to a Keras "
-     r"log key or another name \(a str, such as 'loss' or 'learning_rate'\), or to a variable"),
-    ("names-value-a-scheduled-rate", lambda: HookCallback([], names={"lr": tf.constant(0.1)}), TypeError,
-     r"'lr' maps to .* of type EagerTensor\..* A learning rate that a schedule computes is a tensor, not a "
-     r"variable: map the name to 'learning_rate' instead"),
-    ("names-in-a-circle", lambda: HookCallback([], names={"a": "b", "b": "a:0"}), ValueError,
-     r"HookCallback\(names=\.\.\.\): the names \['a', 'b'\] map to each other in a circle"),
+    (
+        "names-not-a-dict",
+        lambda: HookCallback([], names=[("cross_entropy", "loss")]),
+        TypeError,
+        r"HookCallback\(names=\.\.\.\) takes a dict from TF1 names to Keras log keys or variables, such as "
+        r"\{'cross_entropy': 'loss'\}, got \[\('cross_entropy', 'loss'\)\] of type list",
+    ),
+    (
+        "names-key-not-a-name",
+        lambda: HookCallback([], names={"cross entropy": "loss"}),
+        ValueError,
+        r"HookCallback\(names=\.\.\.\): the key 'cross entropy' is not a TF1 tensor name\. Use names such as "
+        r"'cross_entropy' or 'cross_entropy:0'",
+    ),
+    (
+        "names-value-a-number",
+        lambda: HookCallback([], names={"learning_rate_ref": 0.05}),
+        TypeError,
+        r"HookCallback\(names=\.\.\.\): 'learning_rate_ref' maps to 0\.05 of type float\. A TF1 name maps to a Keras "
+        r"log key or another name \(a str, such as 'loss' or 'learning_rate'\), or to a variable",
+    ),
+    (
+        "names-value-a-scheduled-rate",
+        lambda: HookCallback([], names={"lr": tf.constant(0.1)}),
+        TypeError,
+        r"'lr' maps to .* of type EagerTensor\..* A learning rate that a schedule computes is a tensor, not a "
+        r"variable: map the name to 'learning_rate' instead",
+    ),
+    (
+        "names-in-a-circle",
+        lambda: HookCallback([], names={"a": "b", "b": "a:0"}),
+        ValueError,
+        r"HookCallback\(names=\.\.\.\): the names \['a', 'b'\] map to each other in a circle",
+    ),
 ]
 
 
@@ -332,7 +535,14 @@ def test_a_failed_run_from_bad_input_leaves_the_hooks_usable():
     [
         (lambda: [T.LoggingTensorHook(["loss"], every_n_iter=2)], "LoggingTensorHook"),
         (lambda: [OnlyAfterRun(), T.NanTensorHook("loss")], "OnlyAfterRun"),
-        (lambda: [T.LoggingTensorHook(["loss"], every_n_secs=60), T.StopAtStepHook(last_step=100), T.NanTensorHook("loss")], None),
+        (
+            lambda: [
+                T.LoggingTensorHook(["loss"], every_n_secs=60),
+                T.StopAtStepHook(last_step=100),
+                T.NanTensorHook("loss"),
+            ],
+            None,
+        ),
     ],
     ids=["every-n-iter", "custom-hook", "step-scheduled-only"],
 )

@@ -16,10 +16,6 @@ import numpy as np
 import pytest
 import real_hooks
 import tensorflow as tf
-from tensorflow.python.training import basic_session_run_hooks
-
-from hooks2callbacks import BatchValueError, HookCallback, log_tensor
-from hooks2callbacks._batch import _cache, derivable
 from support import (
     N_CLASSES,
     N_FEATURES,
@@ -33,6 +29,10 @@ from support import (
     run_tf1_mlp,
     weights_of,
 )
+from tensorflow.python.training import basic_session_run_hooks
+
+from hooks2callbacks import BatchValueError, HookCallback, log_tensor
+from hooks2callbacks._batch import _cache, derivable
 
 T = tf.compat.v1.train
 X, Y = make_data(100)  # batches of 32: 32, 32, 32 and a smaller last one of 4
@@ -84,10 +84,11 @@ def test_each_batch_own_values_over_epochs_with_a_smaller_last_batch(K, weightin
         per_sample = np.array([CLASS_WEIGHT[int(c)] for c in Y], dtype="float32")
     recorder = Recorder(K, X, Y, sample_weight=per_sample, reference=weighted_model)
     hook = Seen(KEYS)
-    history = model.fit(X, Y, batch_size=BATCH, epochs=3, verbose=0, shuffle=False,
-                        callbacks=[recorder, HookCallback(hook)], **kwargs)
+    history = model.fit(
+        X, Y, batch_size=BATCH, epochs=3, verbose=0, shuffle=False, callbacks=[recorder, HookCallback(hook)], **kwargs
+    )
     assert len(hook.results) == len(recorder.train_batch) == 3 * 4
-    for step, (seen, own) in enumerate(zip(hook.results, recorder.train_batch)):
+    for step, (seen, own) in enumerate(zip(hook.results, recorder.train_batch, strict=True)):
         assert seen == pytest.approx({key: own[key] for key in KEYS}, rel=1e-6, abs=1e-7), f"step {step}"
     # Keras's running means are something else after each epoch's first step...
     assert hook.results[1]["loss"] != pytest.approx(recorder.train_logs[1]["loss"], rel=1e-3)
@@ -98,27 +99,39 @@ def test_each_batch_own_values_over_epochs_with_a_smaller_last_batch(K, weightin
 def binary_model(K: Any) -> Any:
     """A binary classifier with Keras's confusion-matrix metrics, whose state is counts."""
     K.utils.set_random_seed(0)
-    model = K.Sequential([K.Input((N_FEATURES,)), K.layers.Dense(8, activation="relu"), K.layers.Dense(1, activation="sigmoid")])
+    model = K.Sequential(
+        [K.Input((N_FEATURES,)), K.layers.Dense(8, activation="relu"), K.layers.Dense(1, activation="sigmoid")]
+    )
     model.compile(
         optimizer=K.optimizers.SGD(0.05),
         loss="binary_crossentropy",
-        metrics=[K.metrics.AUC(name="auc"), K.metrics.Precision(name="precision"), K.metrics.Recall(name="recall"),
-                 K.metrics.F1Score(threshold=0.5, name="f1")],
+        metrics=[
+            K.metrics.AUC(name="auc"),
+            K.metrics.Precision(name="precision"),
+            K.metrics.Recall(name="recall"),
+            K.metrics.F1Score(threshold=0.5, name="f1"),
+        ],
     )
     return model
 
 
 # Constructor arguments of the Keras metrics that need some.
 REQUIRED = {
-    "IoU": dict(num_classes=3, target_class_ids=[0]), "MeanIoU": dict(num_classes=3),
-    "OneHotIoU": dict(num_classes=3, target_class_ids=[0]), "OneHotMeanIoU": dict(num_classes=3),
-    "MeanMetricWrapper": dict(fn=keras.losses.mean_squared_error), "PrecisionAtRecall": dict(recall=0.5),
-    "RecallAtPrecision": dict(precision=0.5), "SensitivityAtSpecificity": dict(specificity=0.5),
+    "IoU": dict(num_classes=3, target_class_ids=[0]),
+    "MeanIoU": dict(num_classes=3),
+    "OneHotIoU": dict(num_classes=3, target_class_ids=[0]),
+    "OneHotMeanIoU": dict(num_classes=3),
+    "MeanMetricWrapper": dict(fn=keras.losses.mean_squared_error),
+    "PrecisionAtRecall": dict(recall=0.5),
+    "RecallAtPrecision": dict(precision=0.5),
+    "SensitivityAtSpecificity": dict(specificity=0.5),
     "SpecificityAtSensitivity": dict(sensitivity=0.5),
 }
 KERAS_METRICS = sorted(
-    name for name in dir(keras.metrics)
-    if isinstance(getattr(keras.metrics, name), type) and issubclass(getattr(keras.metrics, name), keras.metrics.Metric)
+    name
+    for name in dir(keras.metrics)
+    if isinstance(getattr(keras.metrics, name), type)
+    and issubclass(getattr(keras.metrics, name), keras.metrics.Metric)
     and name != "Metric"
 )
 
@@ -138,9 +151,10 @@ def test_confusion_matrix_metrics_give_the_metric_of_the_batch_alone(K):
     keys = ("loss", "auc", "precision", "recall", "f1")
     recorder = Recorder(K, X, labels, reference=binary_model)
     hook = Seen(keys)
-    binary_model(K).fit(X, labels, batch_size=BATCH, epochs=2, verbose=0, shuffle=False,
-                        callbacks=[recorder, HookCallback(hook)])
-    for step, (seen, own) in enumerate(zip(hook.results, recorder.train_batch)):
+    binary_model(K).fit(
+        X, labels, batch_size=BATCH, epochs=2, verbose=0, shuffle=False, callbacks=[recorder, HookCallback(hook)]
+    )
+    for step, (seen, own) in enumerate(zip(hook.results, recorder.train_batch, strict=True)):
         assert seen == pytest.approx({key: np.ravel(own[key])[0] for key in keys}, rel=1e-5, abs=1e-6), f"step {step}"
     assert hook.results[2]["auc"] != pytest.approx(recorder.train_logs[2]["auc"], rel=1e-3)
 
@@ -150,19 +164,28 @@ def test_evaluate_and_validation_passes_give_each_batch_own_values(K):
     train = Seen(("loss", "accuracy"))
     validation = Seen(("loss", "accuracy"))
     recorder = Recorder(K, X, Y)
-    model.fit(X, Y, batch_size=BATCH, epochs=2, verbose=0, shuffle=False, validation_data=(X, Y),
-              callbacks=[recorder, HookCallback(train), HookCallback(validation, mode="eval")])
+    model.fit(
+        X,
+        Y,
+        batch_size=BATCH,
+        epochs=2,
+        verbose=0,
+        shuffle=False,
+        validation_data=(X, Y),
+        callbacks=[recorder, HookCallback(train), HookCallback(validation, mode="eval")],
+    )
     assert len(validation.results) == len(recorder.test_batch) == 2 * 4
-    for seen, own in zip(validation.results, recorder.test_batch):
+    for seen, own in zip(validation.results, recorder.test_batch, strict=True):
         assert seen == pytest.approx(own, rel=1e-6)
-    for seen, own in zip(train.results, recorder.train_batch):
+    for seen, own in zip(train.results, recorder.train_batch, strict=True):
         assert seen == pytest.approx(own, rel=1e-6)
 
     evaluated = Seen(("loss", "accuracy"))
     recorder = Recorder(K, X, Y)
-    results = model.evaluate(X, Y, batch_size=BATCH, verbose=0, return_dict=True,
-                             callbacks=[recorder, HookCallback(evaluated, mode="eval")])
-    for seen, own in zip(evaluated.results, recorder.test_batch):
+    results = model.evaluate(
+        X, Y, batch_size=BATCH, verbose=0, return_dict=True, callbacks=[recorder, HookCallback(evaluated, mode="eval")]
+    )
+    for seen, own in zip(evaluated.results, recorder.test_batch, strict=True):
         assert seen == pytest.approx(own, rel=1e-6)
     # evaluate() still returns Keras's aggregate over the whole evaluation.
     assert results == pytest.approx(recorder.test_logs[-1], rel=0)
@@ -172,8 +195,15 @@ def test_running_mean_gives_the_logs_keras_reports(K):
     model = make_model(K)
     hook = OnlyAfterRun()
     recorder = Recorder(K, X, Y, reference=None)
-    model.fit(X, Y, batch_size=BATCH, epochs=2, verbose=0, shuffle=False,
-              callbacks=[recorder, HookCallback(hook, values="running_mean")])
+    model.fit(
+        X,
+        Y,
+        batch_size=BATCH,
+        epochs=2,
+        verbose=0,
+        shuffle=False,
+        callbacks=[recorder, HookCallback(hook, values="running_mean")],
+    )
     assert [dict(view) for view in hook.results] == recorder.train_logs
     assert _cache.get(model) is None  # no step of its own was built
 
@@ -183,24 +213,36 @@ def test_training_and_other_callbacks_are_exactly_as_without_hook_callback(K):
         model = make_model(K)
         recorder = Recorder(K, X, Y, reference=None)
         callbacks = [recorder] + ([HookCallback(Seen(("loss", "accuracy")))] if with_hooks else [])
-        history = model.fit(X, Y, batch_size=BATCH, epochs=2, verbose=0, shuffle=False, callbacks=callbacks,
-                            validation_data=(X, Y))
+        history = model.fit(
+            X, Y, batch_size=BATCH, epochs=2, verbose=0, shuffle=False, callbacks=callbacks, validation_data=(X, Y)
+        )
         return history.history, recorder.train_logs, model.get_weights()
 
     history, logs, weights = run(True)
     plain_history, plain_logs, plain_weights = run(False)
     assert history == plain_history and logs == plain_logs
-    for a, b in zip(weights, plain_weights):
+    for a, b in zip(weights, plain_weights, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
 def test_the_step_is_built_once_and_the_model_given_back_between_runs(K):
     def overrides(model: Any) -> list[tuple[int, str, Any]]:
         """The instance-level methods of the model and its metrics and containers."""
-        objects = [model, *model.metrics, *(getattr(model, n, None) for n in
-                                            ("_compile_metrics", "_compile_loss", "compiled_metrics", "compiled_loss"))]
-        return [(id(o), name, vars(o)[name]) for o in objects if o is not None
-                for name in ("train_step", "update_state", "result", "build") if name in vars(o)]
+        objects = [
+            model,
+            *model.metrics,
+            *(
+                getattr(model, n, None)
+                for n in ("_compile_metrics", "_compile_loss", "compiled_metrics", "compiled_loss")
+            ),
+        ]
+        return [
+            (id(o), name, vars(o)[name])
+            for o in objects
+            if o is not None
+            for name in ("train_step", "update_state", "result", "build")
+            if name in vars(o)
+        ]
 
     model = make_model(K)
     model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0)  # Keras builds its own train function
@@ -225,8 +267,15 @@ def test_two_hook_callbacks_in_one_fit_share_the_step(K):
     model = make_model(K)
     first, second = Seen(("loss",)), Seen(("loss", "accuracy"))
     recorder = Recorder(K, X, Y)
-    model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, shuffle=False,
-              callbacks=[recorder, HookCallback(first), HookCallback(second)])
+    model.fit(
+        X,
+        Y,
+        batch_size=BATCH,
+        epochs=1,
+        verbose=0,
+        shuffle=False,
+        callbacks=[recorder, HookCallback(first), HookCallback(second)],
+    )
     assert [r["loss"] for r in first.results] == [r["loss"] for r in second.results]
     assert [r["loss"] for r in first.results] == pytest.approx([b["loss"] for b in recorder.train_batch], rel=1e-6)
     assert _cache[model]["train"].users == 0
@@ -318,8 +367,9 @@ def test_a_value_that_is_no_metric_result_passes_through():
 @pytest.mark.filterwarnings("ignore:HookCallback. the model was compiled with steps_per_execution")
 def test_with_steps_per_execution_the_values_are_each_execution_last_batch(K):
     reference = Seen(("loss", "accuracy"))
-    make_model(K).fit(X[:96], Y[:96], batch_size=BATCH, epochs=2, verbose=0, shuffle=False,
-                      callbacks=[HookCallback(reference)])
+    make_model(K).fit(
+        X[:96], Y[:96], batch_size=BATCH, epochs=2, verbose=0, shuffle=False, callbacks=[HookCallback(reference)]
+    )
     model = make_model(K, steps_per_execution=2)
     hook = Seen(("loss", "accuracy"))
     model.fit(X[:96], Y[:96], batch_size=BATCH, epochs=2, verbose=0, shuffle=False, callbacks=[HookCallback(hook)])
@@ -383,8 +433,15 @@ def test_opennmt_counters_hook_and_logging_hook_log_what_they_logged_under_tf1(K
     run_tf1_mlp(tf1_hooks, start, steps, before_step=lambda: setattr(clock, "now", clock.now + 1.0))
     tf1_lines = list(tf_info)
     tf_info.clear()
-    model.fit(X_320, Y_320, batch_size=BATCH, epochs=2, verbose=0, shuffle=False,
-              callbacks=[Tick(K, clock, 1.0), HookCallback(keras_hooks, values=values)])
+    model.fit(
+        X_320,
+        Y_320,
+        batch_size=BATCH,
+        epochs=2,
+        verbose=0,
+        shuffle=False,
+        callbacks=[Tick(K, clock, 1.0), HookCallback(keras_hooks, values=values)],
+    )
     keras_lines = list(tf_info)
 
     def parsed(lines: list[str], pattern: str) -> list[float]:

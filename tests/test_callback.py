@@ -8,9 +8,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from support import OnlyAfterRun, Recorder, RecordingHook, iterations, make_data, make_model, needs_backend
 
 from hooks2callbacks import HookCallback, log_tensor
-from support import OnlyAfterRun, Recorder, RecordingHook, iterations, make_data, make_model, needs_backend
 
 X, Y = make_data()  # 320 samples: 10 batches of 32
 
@@ -29,11 +29,19 @@ def test_event_order_and_shared_stop_within_a_step(K):
     first = RecordingHook("first", calls, stop_at=2)
     second = RecordingHook("second", calls)
     fit(make_model(K), [first, second])
-    expected = [("first", "begin"), ("second", "begin"),
-                ("first", "after_create_session"), ("second", "after_create_session")]
+    expected = [
+        ("first", "begin"),
+        ("second", "begin"),
+        ("first", "after_create_session"),
+        ("second", "after_create_session"),
+    ]
     for step in range(3):
-        expected += [("first", "before_run", False), ("second", "before_run", False),
-                     ("first", "after_run", step, False), ("second", "after_run", step, step == 2)]
+        expected += [
+            ("first", "before_run", False),
+            ("second", "before_run", False),
+            ("first", "after_run", step, False),
+            ("second", "after_run", step, step == 2),
+        ]
     expected += [("first", "end"), ("second", "end")]
     assert calls == expected
 
@@ -86,7 +94,12 @@ def test_train_mode_ignores_validation_and_eval_mode_runs_each_pass(K):
     eval_hook = RecordingHook("eval", eval_calls)
     x_val, y_val = make_data(64, seed=1)
     make_model(K).fit(
-        X, Y, batch_size=32, epochs=2, verbose=0, validation_data=(x_val, y_val),
+        X,
+        Y,
+        batch_size=32,
+        epochs=2,
+        verbose=0,
+        validation_data=(x_val, y_val),
         callbacks=[HookCallback(train_hook), HookCallback(eval_hook, mode="eval")],
     )
     assert len(steps_seen(train_calls, "train")) == 20
@@ -177,12 +190,15 @@ def test_hooks_and_chief_only_hooks_may_each_be_a_factory(K, tmp_path):
         made.append(tf.compat.v1.get_default_graph())
         tf.compat.v1.summary.scalar("loss", log_tensor("loss"))
         summary = tf.compat.v1.summary.merge_all()
-        return [RecordingHook("chief", calls), tf.compat.v1.train.SummarySaverHook(
-            save_steps=1, output_dir=str(tmp_path), summary_op=summary)]
+        return [
+            RecordingHook("chief", calls),
+            tf.compat.v1.train.SummarySaverHook(save_steps=1, output_dir=str(tmp_path), summary_op=summary),
+        ]
 
     callback = HookCallback(lambda: RecordingHook("every", calls, stop_at=1), chief_only_hooks=chief_hooks)
-    assert repr(callback).endswith("chief_only_hooks=test_hooks_and_chief_only_hooks_may_each_be_a_factory"
-                                   ".<locals>.chief_hooks)")
+    assert repr(callback).endswith(
+        "chief_only_hooks=test_hooks_and_chief_only_hooks_may_each_be_a_factory.<locals>.chief_hooks)"
+    )
     make_model(K).fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[callback])
     assert [c[0] for c in calls] == ["every", "chief"] * (len(calls) // 2)
     assert steps_seen(calls, "chief") == [0, 1] and len(made) == 1

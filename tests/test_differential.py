@@ -6,7 +6,6 @@ import functools
 
 import pytest
 import tensorflow as tf
-
 from support import RecordingHook, run_keras, run_tf1
 
 
@@ -45,12 +44,19 @@ import logging  # noqa: E402
 import os  # noqa: E402
 
 import numpy as np  # noqa: E402
-from tensorflow.python.training import training_util  # noqa: E402
-
 import real_hooks  # noqa: E402
 from support import (  # noqa: E402
-    TF1_NAMES, fit_mlp, iterations, make_data, make_model, read_scalars, run_tf1_mlp, tf1_mlp, weights_of,
+    TF1_NAMES,
+    fit_mlp,
+    iterations,
+    make_data,
+    make_model,
+    read_scalars,
+    run_tf1_mlp,
+    tf1_mlp,
+    weights_of,
 )
+from tensorflow.python.training import training_util  # noqa: E402
 
 V1 = tf.compat.v1
 WEIGHTS = ("dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias")
@@ -62,7 +68,7 @@ def initial_weights(K):
 
 
 def assert_same_weights(tf1_values, model, atol=TOLERANCE):
-    for name, value in zip(WEIGHTS, weights_of(model)):
+    for name, value in zip(WEIGHTS, weights_of(model), strict=True):
         np.testing.assert_allclose(value, tf1_values[name], atol=atol, err_msg=name)
 
 
@@ -95,7 +101,7 @@ def logged():
         logger.setLevel(logging.INFO)
         logger.addHandler(handler)
     yield messages
-    for logger, level in zip(loggers, levels):
+    for logger, level in zip(loggers, levels, strict=True):
         logger.removeHandler(handler)
         logger.setLevel(level)
 
@@ -133,6 +139,7 @@ def test_weight_norm_summary_holds_the_value_after_each_update(K, tmp_path):
             V1.summary.histogram("kernel", V1.get_default_graph().get_tensor_by_name("dense/kernel:0"))
             summaries = V1.train.SummarySaverHook(save_steps=3, output_dir=directory, summary_op=V1.summary.merge_all())
             return [summaries] + ([recorder] if recorder else [])
+
         return make
 
     after = AfterUpdate()
@@ -155,7 +162,7 @@ def test_broadcast_hook_writes_the_root_values_into_keras_as_into_tf1(K, monkeyp
     root = make_model(K, layer_names=TF1_NAMES)
     for layer in root.layers:
         layer.set_weights([w + 0.5 for w in layer.get_weights()])  # the root rank's weights differ
-    monkeypatch.setattr(real_hooks, "ROOT_VALUES", dict(zip(WEIGHTS, weights_of(root))))
+    monkeypatch.setattr(real_hooks, "ROOT_VALUES", dict(zip(WEIGHTS, weights_of(root), strict=True)))
 
     class Listed(V1.train.SessionRunHook):
         def begin(self):
@@ -165,7 +172,12 @@ def test_broadcast_hook_writes_the_root_values_into_keras_as_into_tf1(K, monkeyp
     tf1 = run_tf1_mlp([real_hooks.BroadcastGlobalVariablesHook(0), listed["tf1"]], initial_weights(K), steps=5)
     model = fit_mlp(K, [real_hooks.BroadcastGlobalVariablesHook(0), listed["keras"]], steps=5)
     assert listed["tf1"].names == [
-        "global_step:0", "dense/kernel:0", "dense/bias:0", "dense_1/kernel:0", "dense_1/bias:0", "learning_rate:0"
+        "global_step:0",
+        "dense/kernel:0",
+        "dense/bias:0",
+        "dense_1/kernel:0",
+        "dense_1/bias:0",
+        "learning_rate:0",
     ]
     # tf_keras's SGD adds its (momentum 0) slots, which a TF1 GradientDescentOptimizer did not have.
     extra = listed["keras"].names[6:]
@@ -184,7 +196,7 @@ def write_tf1_checkpoint(directory, K, steps=7, learning_rate=0.02, scopes=TF1_N
         with V1.Session() as session:
             session.run(V1.global_variables_initializer())
             for i in range(steps):
-                session.run(train_op, {"x:0": data_x[i * 32:(i + 1) * 32], "y:0": data_y[i * 32:(i + 1) * 32]})
+                session.run(train_op, {"x:0": data_x[i * 32 : (i + 1) * 32], "y:0": data_y[i * 32 : (i + 1) * 32]})
             values = {v.op.name: session.run(v) for v in V1.global_variables()}
             saver.save(session, os.path.join(str(directory), "model.ckpt"), global_step=steps)
     return values
@@ -232,9 +244,7 @@ class WarmStart(StepsSeen):
 
     def begin(self):
         super().begin()
-        V1.train.init_from_checkpoint(
-            self.checkpoint, {"tf1_model/hidden/": "dense/", "tf1_model/logits/": "dense_1/"}
-        )
+        V1.train.init_from_checkpoint(self.checkpoint, {"tf1_model/hidden/": "dense/", "tf1_model/logits/": "dense_1/"})
 
 
 def test_init_from_checkpoint_with_an_assignment_map_restores_renamed_weights_only(K, tmp_path):
@@ -273,9 +283,11 @@ def test_plateau_op_hook_halves_the_learning_rate_as_under_tf1(K, tmp_path):
         def make():
             rate = V1.get_default_graph().get_tensor_by_name("learning_rate:0")
             decay = V1.assign(rate, rate * 0.5)
-            plateau = real_hooks.PlateauOpHook(str(events), "loss", decay, num_plateau_steps=2, every_n_steps=2,
-                                               only_once=True)
+            plateau = real_hooks.PlateauOpHook(
+                str(events), "loss", decay, num_plateau_steps=2, every_n_steps=2, only_once=True
+            )
             return [plateau, Rate(name)]
+
         return make
 
     tf1 = run_tf1_mlp(hooks("tf1"), initial_weights(K), steps=8)

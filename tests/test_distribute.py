@@ -19,9 +19,9 @@ import sys
 import distributed_run
 import pytest
 import tensorflow as tf
+from support import iterations, make_model
 
 from hooks2callbacks import restore_checkpoint
-from support import iterations, make_model
 
 RUN = pathlib.Path(distributed_run.__file__)
 TIMEOUT_S = 300
@@ -35,8 +35,13 @@ needs_tf_keras = pytest.mark.skipif(
 def start(args: list[str], **env: str) -> subprocess.Popen:
     # A session of its own, so that cleanup can end the process and anything it started.
     return subprocess.Popen(
-        [sys.executable, str(RUN), *args], cwd=RUN.parent, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        [sys.executable, str(RUN), *args],
+        cwd=RUN.parent,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
 
 
@@ -83,7 +88,9 @@ def test_mirrored_strategy_hooks_see_global_batch_values_and_each_step_once(mirr
     assert run["final_ops"] == pytest.approx(run["single_device_final_ops"], rel=1e-4)
     # Keras's running mean equals the batch's value at each epoch's first step only.
     first_steps = [0, 10]
-    assert [run["hook_loss"][i] for i in first_steps] == pytest.approx([run["keras_loss"][i] for i in first_steps], rel=1e-6)
+    assert [run["hook_loss"][i] for i in first_steps] == pytest.approx(
+        [run["keras_loss"][i] for i in first_steps], rel=1e-6
+    )
     assert run["hook_loss"][1] != pytest.approx(run["keras_loss"][1], rel=1e-3)
     # values="running_mean": Keras's all-reduced logs, so evaluate()'s results at the end.
     assert run["final_means"] == pytest.approx(run["evaluated"], rel=1e-6)
@@ -123,7 +130,7 @@ def test_multi_worker_chief_only_hooks_and_a_stop_on_one_worker(tmp_path):
         args = ["worker", str(tmp_path / f"hooks{index}"), str(tmp_path / f"result{index}.json")]
         processes.append(start(args, TF_CONFIG=json.dumps(config)))
     outputs = finish(processes)
-    for process, output in zip(processes, outputs):
+    for process, output in zip(processes, outputs, strict=True):
         assert process.returncode == 0, output[-5000:]
     chief, other = (json.loads((tmp_path / f"result{i}.json").read_text()) for i in range(2))
 

@@ -15,14 +15,12 @@ import os
 import subprocess
 import sys
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.python.summary.writer.writer_cache import FileWriterCache
-
-from hooks2callbacks import HookCallback, log_tensor, restore_checkpoint
 from support import (
     RecordingHook,
     checkpoint_steps,
@@ -34,6 +32,9 @@ from support import (
     read_scalars,
     run_tf1,
 )
+from tensorflow.python.summary.writer.writer_cache import FileWriterCache
+
+from hooks2callbacks import HookCallback, log_tensor, restore_checkpoint
 
 T = tf.compat.v1.train
 X, Y = make_data()  # 10 batches of 32
@@ -196,7 +197,10 @@ def test_an_error_in_the_model_step_leaves_a_run_that_is_closed_later(K, tmp_pat
 
     def make_hooks():
         summary = tf.compat.v1.summary.scalar("loss", log_tensor("loss"))
-        return [RecordingHook("h", calls), T.SummarySaverHook(save_steps=1, output_dir=str(tmp_path), summary_op=summary)]
+        return [
+            RecordingHook("h", calls),
+            T.SummarySaverHook(save_steps=1, output_dir=str(tmp_path), summary_op=summary),
+        ]
 
     with no_thread_left_behind():
         with HookCallback(make_hooks) as callback:
@@ -229,7 +233,7 @@ def test_nan_loss_stops_with_the_earlier_checkpoints_intact(K, tmp_path):
     reference.fit(X[:128], Y[:128], batch_size=32, epochs=1, verbose=0, shuffle=False)
     restored = make_model(K)
     assert restore_checkpoint(restored, str(tmp_path)) == str(tmp_path / "model.ckpt-4")
-    for weights, expected in zip(restored.get_weights(), reference.get_weights()):
+    for weights, expected in zip(restored.get_weights(), reference.get_weights(), strict=True):
         assert np.isfinite(weights).all()
         np.testing.assert_allclose(weights, expected, rtol=1e-6)
 

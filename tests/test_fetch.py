@@ -8,9 +8,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from support import Recorder, make_data, make_model
 
 from hooks2callbacks import HookCallback
-from support import Recorder, make_data, make_model
 
 X, Y = make_data()
 Pair = collections.namedtuple("Pair", ["loss", "step"])
@@ -42,13 +42,15 @@ def fit_with(hook, epochs=1, model=None):
 
 
 def test_nested_structure_keeps_its_shape_and_the_batch_values():
-    hook = FetchHook(lambda g: {
-        "by_name": ["loss", "accuracy:0"],
-        "pair": Pair(g.get_tensor_by_name("loss:0"), tf.compat.v1.train.get_global_step()),
-        "tuple": ("global_step:0", collections.OrderedDict(a="loss")),
-    })
+    hook = FetchHook(
+        lambda g: {
+            "by_name": ["loss", "accuracy:0"],
+            "pair": Pair(g.get_tensor_by_name("loss:0"), tf.compat.v1.train.get_global_step()),
+            "tuple": ("global_step:0", collections.OrderedDict(a="loss")),
+        }
+    )
     batches = fit_with(hook)
-    for step, (results, batch) in enumerate(zip(hook.results, batches)):
+    for step, (results, batch) in enumerate(zip(hook.results, batches, strict=True)):
         loss, accuracy = results["by_name"]
         assert [loss, accuracy] == pytest.approx([batch["loss"], batch["accuracy"]], rel=1e-6)
         assert results == {
@@ -63,13 +65,15 @@ def test_nested_structure_keeps_its_shape_and_the_batch_values():
 
 
 def test_derived_ops_run_with_the_log_values_fed():
-    hook = FetchHook(lambda g: {
-        "double": g.get_tensor_by_name("loss:0") * 2.0,
-        "step_plus": tf.compat.v1.train.get_global_step() + 100,
-        "group": tf.no_op(),
-    })
+    hook = FetchHook(
+        lambda g: {
+            "double": g.get_tensor_by_name("loss:0") * 2.0,
+            "step_plus": tf.compat.v1.train.get_global_step() + 100,
+            "group": tf.no_op(),
+        }
+    )
     batches = fit_with(hook)
-    for step, (results, batch) in enumerate(zip(hook.results, batches)):
+    for step, (results, batch) in enumerate(zip(hook.results, batches, strict=True)):
         assert results["double"] == pytest.approx(2 * batch["loss"], rel=1e-6)
         assert results["step_plus"] == step + 100  # the stale step, as in TF1's merged run
         assert results["group"] is None
@@ -107,7 +111,9 @@ def test_op_count_is_constant_over_2000_steps_with_a_graph_run_each_step():
             counts.append(len(run_context.session.graph.get_operations()))
 
     # "d" is derived from a log value, so every step makes a real graph run.
-    hook = Count(lambda g: {"l": "loss", "a": g.get_tensor_by_name("accuracy:0"), "d": g.get_tensor_by_name("loss:0") + 1})
+    hook = Count(
+        lambda g: {"l": "loss", "a": g.get_tensor_by_name("accuracy:0"), "d": g.get_tensor_by_name("loss:0") + 1}
+    )
     dataset = tf.data.Dataset.from_tensor_slices((X, Y)).batch(32).repeat()
     make_model().fit(dataset, epochs=4, steps_per_epoch=500, verbose=0, shuffle=False, callbacks=[HookCallback(hook)])
     assert len(counts) == 2000 and len(set(counts)) == 1

@@ -15,8 +15,7 @@ from hooks2callbacks.__main__ import main
 
 def _hook_lines(text: str) -> list[str]:
     """The LoggingTensorHook lines (the CheckpointSaverHook logs its saves too)."""
-    return [line for line in text.splitlines()
-            if line.strip().startswith("[tensorflow INFO]") and "loss = " in line]
+    return [line for line in text.splitlines() if line.strip().startswith("[tensorflow INFO]") and "loss = " in line]
 
 
 def test_demo_stops_at_requested_step_and_shows_hook_output(capsys):
@@ -47,8 +46,10 @@ def test_demo_stops_at_requested_step_and_shows_hook_output(capsys):
     assert (logger.level, list(logger.handlers), logger.propagate) == before
     # CheckpointSaverHook saved at step 0 and at the end; the newest restores exactly.
     assert "Saving checkpoints for 0 into" in training and "Saving checkpoints for 20 into" in training
-    assert ("CheckpointSaverHook: restored model.ckpt-20 into a fresh model at step 20; its test "
-            "predictions differ from the trained model's by at most 0") in out
+    assert (
+        "CheckpointSaverHook: restored model.ckpt-20 into a fresh model at step 20; its test "
+        "predictions differ from the trained model's by at most 0"
+    ) in out
 
 
 def test_missing_scikit_learn_exits_with_install_hint(monkeypatch, capsys):

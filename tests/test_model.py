@@ -14,13 +14,13 @@ import warnings
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
-
 import real_hooks
+import tensorflow as tf
+from support import BATCH, TF1_NAMES, Recorder, iterations, make_data, make_model, weights_of
+
 from hooks2callbacks import HookCallback, UnknownLogKeyError, log_tensor
 from hooks2callbacks._graph import AdapterGraph
 from hooks2callbacks._model import tf1_name
-from support import BATCH, TF1_NAMES, Recorder, iterations, make_data, make_model, weights_of
 
 V1 = tf.compat.v1
 X, Y = make_data()
@@ -28,8 +28,15 @@ X, Y = make_data()
 
 def fit(model, hooks, steps=10, names=None, **kwargs):
     n = steps * BATCH
-    model.fit(X[:n], Y[:n], batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
-              callbacks=[HookCallback(hooks, names=names, **kwargs)])
+    model.fit(
+        X[:n],
+        Y[:n],
+        batch_size=BATCH,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=[HookCallback(hooks, names=names, **kwargs)],
+    )
     return model
 
 
@@ -86,7 +93,9 @@ def test_optimizer_slots_are_global_variables_named_by_their_keras_path(K):
     model.compile(optimizer=K.optimizers.Adam(0.01), loss=model.loss)
     seen = Seen()
     fit(model, seen, steps=1)
-    slots = [n for n in seen.global_names if n not in ("global_step:0", "learning_rate:0") and n not in seen.model_names]
+    slots = [
+        n for n in seen.global_names if n not in ("global_step:0", "learning_rate:0") and n not in seen.model_names
+    ]
     assert len(slots) == 8  # two per weight, built before begin() on every flavour
     assert all(":0" in n and ("dense" in n) for n in slots), slots
     assert not any("iteration" in n for n in seen.global_names)  # the step counter is the global step
@@ -126,15 +135,23 @@ def test_sealing_does_not_build_and_a_lookup_after_sealing_does():
 
 def test_reads_give_each_step_s_value_after_its_update(K):
     norm_of = lambda: tf.linalg.global_norm(V1.trainable_variables())  # noqa: E731
-    seen = Seen(lambda: {"norm": norm_of(), "kernel": "dense/kernel:0", "rate": "learning_rate",
-                         "by_variable": V1.trainable_variables()[2]})
+    seen = Seen(
+        lambda: {
+            "norm": norm_of(),
+            "kernel": "dense/kernel:0",
+            "rate": "learning_rate",
+            "by_variable": V1.trainable_variables()[2],
+        }
+    )
     model = fit(make_model(K, layer_names=TF1_NAMES), seen, steps=5)
     kernels = [r["kernel"] for r in seen.results]
-    assert all(not np.allclose(a, b) for a, b in zip(kernels, kernels[1:]))  # the trainer's state, each step
+    assert all(
+        not np.allclose(a, b) for a, b in zip(kernels, kernels[1:], strict=True)
+    )  # the trainer's state, each step
     final = weights_of(model)
     np.testing.assert_allclose(kernels[-1], final[0])
     np.testing.assert_allclose(seen.results[-1]["by_variable"], final[2])
-    assert seen.results[-1]["norm"] == pytest.approx(float(np.sqrt(sum((w ** 2).sum() for w in final))), rel=1e-5)
+    assert seen.results[-1]["norm"] == pytest.approx(float(np.sqrt(sum((w**2).sum() for w in final))), rel=1e-5)
     assert [r["rate"] for r in seen.results] == pytest.approx([0.05] * 5)
 
 
@@ -175,8 +192,9 @@ def test_a_write_reaches_keras_before_its_next_step(K):
     # Rate 0 and a zero kernel from step 2 on: if the writes reached Keras, the
     # next steps leave the kernel at zero (the JAX trainer re-reads its state).
     def make():
-        return V1.group(V1.assign(by_name("learning_rate:0"), 0.0),
-                        V1.assign(by_name("dense/kernel:0"), tf.zeros([8, 16])))
+        return V1.group(
+            V1.assign(by_name("learning_rate:0"), 0.0), V1.assign(by_name("dense/kernel:0"), tf.zeros([8, 16]))
+        )
 
     kernels = Seen(lambda: "dense/kernel:0")
     model = fit(make_model(K, layer_names=TF1_NAMES), [Write(make, at=2), kernels], steps=6)
@@ -187,8 +205,7 @@ def test_a_write_reaches_keras_before_its_next_step(K):
 
 def test_assign_add_and_assign_sub_change_the_keras_variable(K):
     def make():
-        return [V1.assign_add(by_name("dense_1/bias:0"), tf.ones([3])),
-                V1.assign_sub(by_name("learning_rate:0"), 0.01)]
+        return [V1.assign_add(by_name("dense_1/bias:0"), tf.ones([3])), V1.assign_sub(by_name("learning_rate:0"), 0.01)]
 
     model = make_model(K, layer_names=TF1_NAMES)
     before = weights_of(model)[3]
@@ -220,8 +237,11 @@ def test_the_learning_rate_of_a_schedule_reads_its_current_value_and_refuses_wri
     seen = Seen("learning_rate:0")
     fit(make_model(K, learning_rate=schedule), seen, steps=3)
     assert seen.results == pytest.approx([0.1 * 0.5 ** (s / 10) for s in (1, 2, 3)], rel=1e-5)
-    with pytest.raises(ValueError, match=r"Write\.before_run\(\) runs the op '.*' \(Assign\), which writes "
-                                         r"'learning_rate': the optimizer's learning rate is computed .* by a schedule"):
+    with pytest.raises(
+        ValueError,
+        match=r"Write\.before_run\(\) runs the op '.*' \(Assign\), which writes "
+        r"'learning_rate': the optimizer's learning rate is computed .* by a schedule",
+    ):
         fit(make_model(K, learning_rate=schedule), Write(lambda: V1.assign(by_name("learning_rate:0"), 0.0)))
 
 
@@ -245,12 +265,24 @@ def test_a_names_map_gives_tf1_names_to_log_keys_and_variables(K):
             self.results = run_values.results
 
     ops = Ops()
-    names = {"cross_entropy_loss_ref": "loss", "l2_loss_ref:0": "loss", "total_loss_ref": "loss",
-             "learning_rate_ref": model.optimizer.learning_rate, "accuracy_ref": "accuracy"}
+    names = {
+        "cross_entropy_loss_ref": "loss",
+        "l2_loss_ref:0": "loss",
+        "total_loss_ref": "loss",
+        "learning_rate_ref": model.optimizer.learning_rate,
+        "accuracy_ref": "accuracy",
+    }
     recorder = Recorder(K, X, Y)  # each batch's own values, what the names stand for
     n = 3 * BATCH
-    model.fit(X[:n], Y[:n], batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
-              callbacks=[recorder, HookCallback([logger, ops], names=names)])
+    model.fit(
+        X[:n],
+        Y[:n],
+        batch_size=BATCH,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=[recorder, HookCallback([logger, ops], names=names)],
+    )
     last = recorder.train_batch[-1]
     per_step = [data for step, data in real_hooks.dllogger.logged if len(step) == 2]
     assert [d["learning_rate"] for d in per_step] == pytest.approx([0.05] * 3)
@@ -294,9 +326,12 @@ def test_a_keras_variable_used_in_an_op_stands_for_its_tf1_variable(K):
 def test_an_eager_variable_not_of_the_model_is_a_clear_error(K):
     stray = tf.Variable(1.0, name="stray")
 
-    with pytest.raises(ValueError, match=r"Seen\.begin\(\) used the eager variable 'stray:0' in an op of the adapter "
-                                         r"graph, and it is neither the Keras model's nor its optimizer's.*"
-                                         r"HookCallback\(names=\{'some_name': variable\}\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"Seen\.begin\(\) used the eager variable 'stray:0' in an op of the adapter "
+        r"graph, and it is neither the Keras model's nor its optimizer's.*"
+        r"HookCallback\(names=\{'some_name': variable\}\)",
+    ):
         fit(make_model(K), Seen(lambda: tf.multiply(stray, 2.0)), steps=1)
     seen = Seen(lambda: tf.multiply(stray, 2.0))
     fit(make_model(K), seen, steps=1, names={"stray": stray})  # mapped: it has a TF1 variable
@@ -324,8 +359,9 @@ def test_losses_collection_gives_the_keras_loss(K):
     model = make_model(K)
     recorder = Recorder(K, X, Y)
     n = 2 * BATCH
-    model.fit(X[:n], Y[:n], batch_size=BATCH, epochs=1, verbose=0, shuffle=False,
-              callbacks=[recorder, HookCallback(seen)])
+    model.fit(
+        X[:n], Y[:n], batch_size=BATCH, epochs=1, verbose=0, shuffle=False, callbacks=[recorder, HookCallback(seen)]
+    )
     loss = recorder.train_batch[-1]["loss"]  # the batch's own, as a TF1 loss tensor held it
     assert seen.results[-1]["total"] == pytest.approx(loss, rel=1e-6)
     assert seen.results[-1]["losses"] == [pytest.approx(loss, rel=1e-6)]
@@ -344,7 +380,9 @@ def test_an_empty_collection_a_model_fn_filled_warns_once_naming_hook_and_collec
         fit(make_model(K), [Reads(), real_hooks.CountersHook(every_n_steps=2)], steps=2)
     messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     assert len(messages) == 2, messages
-    assert messages[0].startswith("HookCallback: Reads.begin() read the graph collection 'predictions', which is empty.")
+    assert messages[0].startswith(
+        "HookCallback: Reads.begin() read the graph collection 'predictions', which is empty."
+    )
     assert messages[1].startswith("HookCallback: CountersHook.begin() read the graph collection 'counters'")
     assert "Fill this one yourself in a hooks factory" in messages[0]
 

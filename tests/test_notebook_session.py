@@ -12,15 +12,16 @@ import gc
 import logging
 import re
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import tensorflow as tf
+from support import make_data, make_model, read_scalars
 
 from hooks2callbacks import HookCallback, log_tensor
 from hooks2callbacks._graph import AdapterGraph
-from support import make_data, make_model, read_scalars
 
 X, Y = make_data()  # 320 samples: 10 batches of 32
 REPEATS = 20

@@ -11,7 +11,6 @@ from typing import Any
 
 import nbformat
 import pytest
-
 from notebook_runner import execute, notebook_paths
 
 # The issue's budget is 2 minutes per notebook on 2 CPU cores; CI machines are
@@ -22,9 +21,7 @@ NOTEBOOKS = notebook_paths()
 
 def _shape(cell: Any) -> tuple[Any, ...]:
     """What a code cell shows, without the values: rich outputs' MIME types, and which streams."""
-    rich = tuple(
-        (o.output_type, tuple(sorted(o.get("data", {})))) for o in cell.outputs if o.output_type != "stream"
-    )
+    rich = tuple((o.output_type, tuple(sorted(o.get("data", {})))) for o in cell.outputs if o.output_type != "stream")
     streams = tuple(sorted({o.name for o in cell.outputs if o.output_type == "stream"}))
     return rich, streams
 

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import Recorder, iterations, make_data, make_model, run_keras, run_tf1
 
 from hooks2callbacks import HookCallback
-from support import Recorder, iterations, make_data, make_model, run_keras, run_tf1
 
 PROPERTY_SETTINGS = settings(
     max_examples=30,
@@ -158,7 +159,7 @@ def leaves_by_key(description: Any, results: Any) -> dict[str, set[float]]:
             for k in d:
                 pair(d[k], r[k])
         elif isinstance(d, (list, tuple)):
-            for a, b in zip(d, r):
+            for a, b in zip(d, r, strict=True):
                 pair(a, b)
         else:
             walk(d, r)
@@ -177,7 +178,7 @@ def assert_same(actual: Any, expected: Any, path: str = "results") -> None:
             assert_same(actual[key], expected[key], f"{path}[{key!r}]")
     elif isinstance(expected, (list, tuple)):
         assert len(actual) == len(expected), f"{path}: length {len(actual)} != {len(expected)}"
-        for index, (a, e) in enumerate(zip(actual, expected)):
+        for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
             assert_same(a, e, f"{path}[{index}]")
     elif isinstance(expected, float):
         assert actual == pytest.approx(expected, rel=1e-6), f"{path}: {actual!r} != {expected!r}"
@@ -201,13 +202,14 @@ def test_results_have_the_fetched_structure_and_the_batch_values(K, description,
     stale_steps: list[int] = []
     stepper = K.callbacks.LambdaCallback(on_train_batch_begin=lambda batch, logs: stale_steps.append(iterations(model)))
     recorder = Recorder(K, X, Y, reference=lambda K: model_of(K, "reference"))
-    model.fit(X, Y, batch_size=32, epochs=1, verbose=0, shuffle=False,
-              callbacks=[stepper, recorder, HookCallback([hook])])
+    model.fit(
+        X, Y, batch_size=32, epochs=1, verbose=0, shuffle=False, callbacks=[stepper, recorder, HookCallback([hook])]
+    )
 
     assert len(hook.results) == len(recorder.train_batch) == len(stale_steps) == 3
     # The model is shared, so the steps go on from where the previous example left them.
     assert stale_steps == list(range(stale_steps[0], stale_steps[0] + 3))
-    for step, (results, batch, stale) in enumerate(zip(hook.results, recorder.train_batch, stale_steps)):
+    for step, (results, batch, stale) in enumerate(zip(hook.results, recorder.train_batch, stale_steps, strict=True)):
         assert_same(results, expected_results(description, batch, stale), f"step {step}: results")
         assert all(len(values) == 1 for values in leaves_by_key(description, results).values())
 
@@ -315,6 +317,11 @@ def test_any_hook_list_is_called_as_monitored_session_calls_it(K, drawn):
     stopped_at = stop.step if stop is not None and stop.step <= MAX_STEPS else MAX_STEPS
     assert steps["keras"] == steps["tf1"] == stopped_at
     # Every hook got every call its methods ask for, up to the last step.
-    per_hook = sum(("begin" in m) + ("after_create_session" in m) + ("end" in m)
-                   + stopped_at * (("before_run" in m) + ("after_run" in m)) for m in methods)
+    per_hook = sum(
+        ("begin" in m)
+        + ("after_create_session" in m)
+        + ("end" in m)
+        + stopped_at * (("before_run" in m) + ("after_run" in m))
+        for m in methods
+    )
     assert len(records["tf1"]) == per_hook

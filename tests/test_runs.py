@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 
 import tensorflow as tf
+from support import make_data, make_model, read_scalars
 from tensorflow.python.summary.writer.writer_cache import FileWriterCache
 
 from hooks2callbacks import HookCallback
-from support import make_data, make_model, read_scalars
 
 T = tf.compat.v1.train
 X, Y = make_data(96)  # 3 steps a fit

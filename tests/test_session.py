@@ -6,9 +6,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from support import Recorder, make_data, make_model
 
 from hooks2callbacks import HookCallback
-from support import Recorder, make_data, make_model
 
 X, Y = make_data()
 

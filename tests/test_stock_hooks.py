@@ -7,23 +7,30 @@ is a fake clock, so nothing here sleeps.
 
 from __future__ import annotations
 
-from typing import Any
-
 import logging
 import math
 import re
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from support import (
+    ClockExhausted,
+    FakeClock,
+    Recorder,
+    Tick,
+    iterations,
+    make_data,
+    make_model,
+    nan_sample_weight,
+    needs_backend,
+    read_scalars,
+)
 from tensorflow.python.training import basic_session_run_hooks
 
 from hooks2callbacks import HookCallback, log_tensor
-from support import (
-    ClockExhausted, FakeClock, Recorder, Tick, iterations, make_data, make_model, nan_sample_weight, needs_backend,
-    read_scalars,
-)
 
 T = tf.compat.v1.train
 X, Y = make_data()  # 320 samples
@@ -202,7 +209,7 @@ def test_logging_tensor_hook_every_n_iter_logs_each_batch_own_values(K, hook_log
     messages = info_messages(hook_log)
     logged_iterations = list(range(0, 2 * STEPS_PER_EPOCH, every))  # local iterations 0, N, 2N...
     assert len(messages) == len(logged_iterations)
-    for message, i in zip(messages, logged_iterations):
+    for message, i in zip(messages, logged_iterations, strict=True):
         assert list(parse_stats(message)) == ["loss", "accuracy"]  # tag order is the list's
         assert parse_stats(message) == batch_values(recorder.train_batch[i])
     assert elapsed_of(messages[0]) is None and all(elapsed_of(m) is not None for m in messages[1:])
@@ -250,7 +257,9 @@ def test_logging_tensor_hook_every_n_secs_follows_the_clock(K, hook_log, clock):
     every = 2.5
     advances = [0.5, 1.0, 1.0, 0.25, 3.0, 0.5, 0.5, 0.5, 2.0, 0.125]
     assert len(advances) == STEPS_PER_EPOCH
-    ticker = K.callbacks.LambdaCallback(on_train_batch_begin=lambda batch, logs: setattr(clock, "now", clock.now + advances[batch]))
+    ticker = K.callbacks.LambdaCallback(
+        on_train_batch_begin=lambda batch, logs: setattr(clock, "now", clock.now + advances[batch])
+    )
 
     expected: list[tuple[int, float | None]] = []  # (iteration, seconds since the last log)
     now, last = clock.now, None
@@ -264,9 +273,9 @@ def test_logging_tensor_hook_every_n_secs_follows_the_clock(K, hook_log, clock):
     recorder = fit(K, model, T.LoggingTensorHook(["loss", "accuracy"], every_n_secs=every), extra_callbacks=[ticker])
     messages = info_messages(hook_log)
     assert len(expected) >= 3 and len(messages) == len(expected)
-    for message, (i, elapsed) in zip(messages, expected):
+    for message, (i, elapsed) in zip(messages, expected, strict=True):
         assert parse_stats(message) == batch_values(recorder.train_batch[i])
-        assert elapsed_of(message) == (None if elapsed is None else "%.3f" % elapsed)
+        assert elapsed_of(message) == (None if elapsed is None else f"{elapsed:.3f}")
     assert clock.sleeps == []
 
 
@@ -318,7 +327,13 @@ def test_nan_tensor_hook_raises_on_nan_loss(K, hook_log):
     recorder = Recorder(K)
     with pytest.raises(T.NanLossDuringTrainingError) as info:
         model.fit(
-            X, Y, sample_weight=NAN_WEIGHTS, batch_size=BATCH, epochs=2, verbose=0, shuffle=False,
+            X,
+            Y,
+            sample_weight=NAN_WEIGHTS,
+            batch_size=BATCH,
+            epochs=2,
+            verbose=0,
+            shuffle=False,
             callbacks=[recorder, HookCallback(T.NanTensorHook("loss"))],
         )
     assert first_nan_step(recorder.train_logs) == FIRST_NAN_BATCH
@@ -390,7 +405,11 @@ def test_final_ops_hook_in_eval_mode_gets_the_last_batch_or_the_evaluate_results
     # FinalOpsHook on streaming metrics gave, is one argument away.
     means = T.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
     results = model.evaluate(
-        X, Y, batch_size=BATCH, verbose=0, return_dict=True,
+        X,
+        Y,
+        batch_size=BATCH,
+        verbose=0,
+        return_dict=True,
         callbacks=[HookCallback(means, mode="eval", values="running_mean")],
     )
     assert means.final_ops_values == picked(results)
@@ -455,8 +474,10 @@ def test_summary_saver_hook_writes_each_batch_own_values_at_their_steps(K, tmp_p
         tf.compat.v1.summary.scalar("loss", log_tensor("loss"))
         tf.compat.v1.summary.scalar("accuracy", log_tensor("accuracy"))
         summary = tf.compat.v1.summary.merge_all()
-        return [T.SummarySaverHook(save_steps=3, output_dir=str(tmp_path), summary_op=summary),
-                T.LoggingTensorHook(["loss"], every_n_iter=100)]  # the name "loss" is still the key's
+        return [
+            T.SummarySaverHook(save_steps=3, output_dir=str(tmp_path), summary_op=summary),
+            T.LoggingTensorHook(["loss"], every_n_iter=100),
+        ]  # the name "loss" is still the key's
 
     recorder = fit(K, make_model(K), make_hooks, epochs=2)
     scalars = read_scalars(tmp_path)  # fit has returned: the events must be on disk
@@ -475,8 +496,7 @@ def test_summary_saver_hook_in_eval_mode_writes_the_evaluate_values(K, tmp_path)
 
     def make_hooks():
         tf.compat.v1.summary.scalar("eval_loss", log_tensor("loss"))
-        return [T.SummarySaverHook(save_steps=1, output_dir=str(tmp_path),
-                                   summary_op=tf.compat.v1.summary.merge_all())]
+        return [T.SummarySaverHook(save_steps=1, output_dir=str(tmp_path), summary_op=tf.compat.v1.summary.merge_all())]
 
     recorder = Recorder(K)
     model.evaluate(X, Y, batch_size=BATCH, verbose=0, callbacks=[recorder, HookCallback(make_hooks, mode="eval")])
@@ -487,8 +507,13 @@ def test_summary_saver_hook_in_eval_mode_writes_the_evaluate_values(K, tmp_path)
 
 
 def test_step_counter_hook_writes_steps_per_second_by_the_clock(K, tmp_path, clock, hook_log):
-    fit(K, make_model(K), T.StepCounterHook(every_n_steps=4, output_dir=str(tmp_path)), epochs=2,
-        extra_callbacks=[Tick(K, clock, 0.25)])
+    fit(
+        K,
+        make_model(K),
+        T.StepCounterHook(every_n_steps=4, output_dir=str(tmp_path)),
+        epochs=2,
+        extra_callbacks=[Tick(K, clock, 0.25)],
+    )
     rates = read_scalars(tmp_path)["global_step/sec"]
     # The first trigger only starts the timer (step 1); then every 4 steps at 4 steps/s.
     assert rates == [(5, 4.0), (9, 4.0), (13, 4.0), (17, 4.0)]

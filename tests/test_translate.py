@@ -55,8 +55,11 @@ def file_writing_hooks(directory, listener, stop_at=None, **timing):
         tf.compat.v1.summary.scalar("stale_step", tf.cast(step, tf.float32))
         hooks = [
             T.CheckpointSaverHook(str(directory), listeners=[listener], **timing.get("checkpoint", {"save_steps": 4})),
-            T.SummarySaverHook(output_dir=str(directory), summary_op=tf.compat.v1.summary.merge_all(),
-                               **timing.get("summary", {"save_steps": 3})),
+            T.SummarySaverHook(
+                output_dir=str(directory),
+                summary_op=tf.compat.v1.summary.merge_all(),
+                **timing.get("summary", {"save_steps": 3}),
+            ),
             T.StepCounterHook(output_dir=str(directory), **timing.get("counter", {"every_n_steps": 5})),
         ]
         if stop_at is not None:
@@ -79,8 +82,9 @@ def run_both(tmp_path, max_steps=20, stop_at=None, clock=None, stop_after=lambda
         else:
             model = make_model(K)
             ticks = [Tick(K, clock, 3)] if clock else []
-            model.fit(X, Y, batch_size=32, epochs=max_steps // 10, verbose=0,
-                      callbacks=[*ticks, HookCallback(make_hooks)])
+            model.fit(
+                X, Y, batch_size=32, epochs=max_steps // 10, verbose=0, callbacks=[*ticks, HookCallback(make_hooks)]
+            )
             final_step = iterations(model)
         seen[system] = {
             "listener": listener.calls,
@@ -140,8 +144,15 @@ def test_a_listener_asking_to_stop_stops_training_where_tf1_stops(tmp_path):
 
 def fit_with_checkpoints(directory, epochs=1, K=keras, **hook_kwargs):
     model = make_model(K)
-    model.fit(X, Y, batch_size=32, epochs=epochs, verbose=0, shuffle=False,
-              callbacks=[HookCallback([T.CheckpointSaverHook(str(directory), **hook_kwargs)])])
+    model.fit(
+        X,
+        Y,
+        batch_size=32,
+        epochs=epochs,
+        verbose=0,
+        shuffle=False,
+        callbacks=[HookCallback([T.CheckpointSaverHook(str(directory), **hook_kwargs)])],
+    )
     return model
 
 
@@ -151,7 +162,7 @@ def test_restoring_the_latest_checkpoint_gives_identical_weights_and_step(K, tmp
 
     fresh = make_model(K)
     assert restore_checkpoint(fresh, str(tmp_path)) == str(tmp_path / "model.ckpt-10")
-    for restored, saved in zip(fresh.get_weights(), trained.get_weights()):
+    for restored, saved in zip(fresh.get_weights(), trained.get_weights(), strict=True):
         np.testing.assert_array_equal(restored, saved)
     assert iterations(fresh) == 10
     np.testing.assert_array_equal(fresh.predict(X, verbose=0), trained.predict(X, verbose=0))
@@ -161,7 +172,7 @@ def test_the_plain_tensorflow_one_liner_restores_the_weights(tmp_path):
     trained = fit_with_checkpoints(tmp_path, save_steps=5)
     fresh = make_model()
     tf.train.Checkpoint(model=fresh).read(tf.train.latest_checkpoint(str(tmp_path))).expect_partial()
-    for restored, saved in zip(fresh.get_weights(), trained.get_weights()):
+    for restored, saved in zip(fresh.get_weights(), trained.get_weights(), strict=True):
         np.testing.assert_array_equal(restored, saved)
 
 
@@ -173,7 +184,7 @@ def test_an_earlier_checkpoint_holds_the_weights_of_its_step(tmp_path):
     fresh = make_model()
     restore_checkpoint(fresh, str(tmp_path / "model.ckpt-4"))
     assert iterations(fresh) == 4
-    for restored, expected in zip(fresh.get_weights(), reference.get_weights()):
+    for restored, expected in zip(fresh.get_weights(), reference.get_weights(), strict=True):
         np.testing.assert_allclose(restored, expected, rtol=1e-6)
 
 
@@ -182,9 +193,21 @@ def test_training_resumed_from_a_checkpoint_continues_the_global_step(tmp_path):
     resumed = make_model()
     restore_checkpoint(resumed, str(tmp_path))
     listener = RecordingListener()
-    resumed.fit(X, Y, batch_size=32, epochs=1, verbose=0,
-                callbacks=[HookCallback([T.CheckpointSaverHook(str(tmp_path), save_steps=100, listeners=[listener])])])
-    assert listener.calls[1:] == [("before_save", 10), ("after_save", 10), ("before_save", 20), ("after_save", 20), ("end", 20)]
+    resumed.fit(
+        X,
+        Y,
+        batch_size=32,
+        epochs=1,
+        verbose=0,
+        callbacks=[HookCallback([T.CheckpointSaverHook(str(tmp_path), save_steps=100, listeners=[listener])])],
+    )
+    assert listener.calls[1:] == [
+        ("before_save", 10),
+        ("after_save", 10),
+        ("before_save", 20),
+        ("after_save", 20),
+        ("end", 20),
+    ]
     assert checkpoint_steps(str(tmp_path))[-2:] == [10, 20]
 
 
@@ -196,7 +219,9 @@ def test_at_most_five_checkpoints_are_kept_as_by_a_scaffold_saver(tmp_path):
 
 
 def test_restore_checkpoint_errors_say_what_to_pass(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"no checkpoint there\. Pass the directory a CheckpointSaverHook wrote to"):
+    with pytest.raises(
+        FileNotFoundError, match=r"no checkpoint there\. Pass the directory a CheckpointSaverHook wrote to"
+    ):
         restore_checkpoint(make_model(), str(tmp_path))
     fit_with_checkpoints(tmp_path, save_steps=5)
     other = keras.Sequential([keras.Input((8,)), keras.layers.Dense(5), keras.layers.Dense(3)])
@@ -226,12 +251,18 @@ def graph_saver():
 @pytest.mark.parametrize(
     "make_hook, message",
     [
-        (profiler_hook,
-         r"item 0 is a ProfilerHook\. .*no step stats.*keras\.callbacks\.TensorBoard\(log_dir, profile_batch"),
-        (lambda d: T.CheckpointSaverHook(d, save_steps=5, saver=graph_saver()),
-         r"item 0 is a CheckpointSaverHook given its own saver= or scaffold=.*Leave both out"),
-        (lambda d: T.CheckpointSaverHook(d, save_steps=5, scaffold=T.Scaffold()),
-         r"CheckpointSaverHook given its own saver= or scaffold="),
+        (
+            profiler_hook,
+            r"item 0 is a ProfilerHook\. .*no step stats.*keras\.callbacks\.TensorBoard\(log_dir, profile_batch",
+        ),
+        (
+            lambda d: T.CheckpointSaverHook(d, save_steps=5, saver=graph_saver()),
+            r"item 0 is a CheckpointSaverHook given its own saver= or scaffold=.*Leave both out",
+        ),
+        (
+            lambda d: T.CheckpointSaverHook(d, save_steps=5, scaffold=T.Scaffold()),
+            r"CheckpointSaverHook given its own saver= or scaffold=",
+        ),
     ],
 )
 def test_hooks_that_cannot_work_are_refused_at_construction(tmp_path, make_hook, message):
