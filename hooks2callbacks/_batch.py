@@ -81,7 +81,8 @@ class _Recording(threading.local):
     def __init__(self) -> None:
         self.active = False
         self.inside = False  # in our own batch computation: metric calls pass through
-        self.states: dict[Any, Any] = {}  # metric -> its batch state (None: updated twice, tf_keras)
+        # metric -> its batch state, or (tf_keras) why it has none
+        self.states: dict[Any, Any] = {}
         self.results: dict[int, Any] = {}  # id(tensor a metric's result() returned) -> metric
 
 
@@ -208,9 +209,12 @@ class _TfKeras(_Flavour):
     def record_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         if metric in _recording.states:
             # A second update in one step: its batch state would not start at zero.
-            _recording.states[metric] = None
+            _recording.states[metric] = "this step updated twice"
             return original(*args, **kwargs)
         variables = metric.variables
+        if not variables:  # made in its first update (F1Score): none to zero beforehand
+            _recording.states[metric] = "makes its state in its first update, in the step"
+            return original(*args, **kwargs)
         saved = [tf.identity(v) for v in variables]
         for v in variables:
             v.assign(tf.zeros_like(v))
@@ -452,8 +456,8 @@ def _why_underivable(metric: Any, states: Mapping[Any, Any], value: Any) -> str 
         )
     if metric not in states:
         return f"it is the result of the metric {name}, which this step did not update"
-    if states[metric] is None:
-        return f"it is the result of the metric {name}, which this step updated twice"
+    if isinstance(states[metric], str):
+        return f"it is the result of the metric {name}, which {states[metric]}"
     if any(d is None for d in getattr(value, "shape", (None,))):
         return f"it is the result of the metric {name}, whose shape is not known when the step is traced"
     return None
