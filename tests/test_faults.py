@@ -1,6 +1,6 @@
 """Faults mid-training: what the user sees, which hook methods ran, and that nothing leaks.
 
-The contract (README, "Errors and guarantees") is TF1's `MonitoredSession`'s:
+The contract (docs/errors.md, "Errors and guarantees") is TF1's `MonitoredSession`'s:
 an exception propagates unchanged, `after_run` of the failing step and every
 `end()` are skipped. The call sequences are compared with a real
 `MonitoredSession` running the same hooks. After each fault: the adapter's
