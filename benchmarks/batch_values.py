@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     source = BatchSource(model, "train")
     batch = model.train_function
     batch(iterator)  # traced while attached, as in a run
-    keys = [key for key, _ in batch.info.layout]  # type: ignore[attr-defined]
+    keys = [slot[0] for slot in batch.info.layout]  # type: ignore[attr-defined]
     source.close()
     own(iterator)
 

@@ -34,6 +34,7 @@ a `HookCallback`; outside one, the model is exactly as Keras made it.
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import weakref
@@ -42,11 +43,13 @@ from types import FrameType
 from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 # The log key that carries the batch values out of the step; no Keras metric is named so.
 BATCH_KEY = "__hooks2callbacks_batch_values__"
+# Where one key's batch value sits in the packed output: (key, start, stop, shape),
+# shape None for a scalar.
+Slot = tuple[str, int, int, "tuple[int, ...] | None"]
 _KERAS_MODULES = ("keras.", "tf_keras.")
 
 
@@ -263,9 +266,9 @@ class _StepInfo:
     """What tracing the wrapped step found out, for the Python side."""
 
     def __init__(self) -> None:
-        # The keys that carry a batch value, with their values' shapes, in the order
-        # their values are packed (flattened, one after another) into one output.
-        self.layout: tuple[tuple[str, tuple[int, ...]], ...] = ()
+        # The keys that carry a batch value, in the order their values are packed
+        # (flattened, one after another) into one output.
+        self.layout: tuple[Slot, ...] = ()
         self.underivable: dict[str, str] = {}  # key -> why it has none
         self.runs = 0  # Python runs of the wrapped step: one per trace where Keras compiles
 
@@ -386,7 +389,7 @@ class _Wrapped:
                 derived.append((key, metric, tuple(int(d) for d in value.shape)))
             else:
                 underivable[key] = why
-        info.layout = tuple((key, shape) for key, _, shape in derived)
+        info.layout = _layout([(key, shape) for key, _, shape in derived])
         info.underivable = underivable
         if derived:
             # One output for all: TF's Python handling of a function's outputs costs
@@ -504,6 +507,24 @@ class BatchSource:
                 wrapped.detach(self._model)
 
 
+def _layout(shapes: list[tuple[str, tuple[int, ...]]]) -> tuple[Slot, ...]:
+    """Where each key's value sits in the packed output (see `_StepInfo.layout`)."""
+    slots, start = [], 0
+    for key, shape in shapes:
+        stop = start + math.prod(shape)
+        slots.append((key, start, stop, shape or None))
+        start = stop
+    return tuple(slots)
+
+
+def _to_numpy(packed: Any) -> Any:
+    # A TF eager tensor's own conversion costs a few µs; Keras's generic one
+    # (backend dispatch and checks) several times that, on every step.
+    if isinstance(packed, tf.Tensor) and hasattr(packed, "numpy"):
+        return packed.numpy()
+    return keras.ops.convert_to_numpy(packed)
+
+
 class BatchLogs(Mapping[str, Any]):
     """A step's logs with each derivable metric's batch value in place of Keras's running mean.
 
@@ -518,7 +539,7 @@ class BatchLogs(Mapping[str, Any]):
         self,
         logs: Mapping[str, Any],
         packed: Any,
-        layout: tuple[tuple[str, tuple[int, ...]], ...],
+        layout: tuple[Slot, ...],
         underivable: Mapping[str, str],
     ) -> None:
         self._logs = logs
@@ -530,13 +551,11 @@ class BatchLogs(Mapping[str, Any]):
     def _unpacked(self) -> dict[str, Any]:
         batch = self._batch
         if batch is None:
-            flat = keras.ops.convert_to_numpy(self._packed) if self._layout else None
-            batch, offset = {}, 0
-            for key, shape in self._layout:
-                size = int(np.prod(shape))
-                part = flat[offset : offset + size]  # type: ignore[index]
-                batch[key] = float(part[0]) if shape == () else part.reshape(shape)
-                offset += size
+            flat = _to_numpy(self._packed)
+            batch = {
+                key: float(flat[start]) if shape is None else flat[start:stop].reshape(shape)
+                for key, start, stop, shape in self._layout
+            }
             self._batch = batch
         return batch
 
