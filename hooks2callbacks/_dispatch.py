@@ -54,6 +54,9 @@ def _overridden(hook: Any, method: str) -> Callable[..., Any] | None:
 _STOCK_MODULE = "tensorflow.python.training.basic_session_run_hooks"
 
 
+_SEES_VALUES = ("before_run", "after_run", "after_create_session", "end")
+
+
 class _Bound:
     """A hook with its methods looked up once, and its fetch plan."""
 
@@ -320,12 +323,6 @@ class HookRunner:
             ValueError: A hook is already in another run that is still going.
         """
         _runs.enter(self)
-        if self._batch_mode is not None:
-            try:  # outside the adapter graph: it may build the model's step function
-                self._batch = BatchSource(self.model, self._batch_mode)
-            except BaseException:
-                self.close()
-                raise
         with self._guard:
             install_saver(self.graph, self.model)
             for source in self._sources:
@@ -354,6 +351,16 @@ class HookRunner:
                 self.session.open()
             for hook in self.hooks:
                 self._call(hook, "after_create_session", self.session, self.coord)
+        # Only a hook with one of these methods can see a step's values (through
+        # results or its session): for none, the model keeps its own step.
+        if self._batch_mode is not None and any(
+            _overridden(h, m) is not None for h in self.hooks for m in _SEES_VALUES
+        ):
+            try:  # outside the adapter graph: it may build the model's step function
+                self._batch = BatchSource(self.model, self._batch_mode)
+            except BaseException:
+                self.close()
+                raise
         _warn_steps_per_execution(self.model, self._bound)  # outside the graph: reads a variable
 
     def before_run(self) -> None:

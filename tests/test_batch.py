@@ -191,6 +191,18 @@ def test_evaluate_and_validation_passes_give_each_batch_own_values(K):
     assert results == pytest.approx(recorder.test_logs[-1], rel=0)
 
 
+def test_hooks_that_cannot_see_values_leave_the_model_its_own_step(K):
+    class OnlyBegin(T.SessionRunHook):  # no before_run, after_run, after_create_session or end
+        def begin(self):
+            self.began = True
+
+    model = make_model(K)
+    hook = OnlyBegin()
+    model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[HookCallback([hook, T.SessionRunHook()])])
+    assert hook.began
+    assert _cache.get(model) is None  # no step of its own was built
+
+
 def test_running_mean_gives_the_logs_keras_reports(K):
     model = make_model(K)
     hook = OnlyAfterRun()
