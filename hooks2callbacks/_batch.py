@@ -134,7 +134,7 @@ class _Flavour:
         raise NotImplementedError
 
     def batch_values(self, metrics: list[Any], states: list[Any]) -> Any:
-        """The batch values of `metrics` from their batch `states`, packed (see `_pack`)."""
+        """The batch values of `metrics` from their batch `states`, packed into one flat vector."""
         raise NotImplementedError
 
 
@@ -185,7 +185,10 @@ class _Keras3(_Flavour):
             _recording.inside = False
         ops = keras.ops
         dtype = "float64" if any(keras.backend.standardize_dtype(v.dtype) == "float64" for v in values) else "float32"
-        return ops.concatenate([ops.reshape(ops.cast(v, dtype), (-1,)) for v in values])
+        values = [ops.cast(v, dtype) for v in values]
+        if all(len(v.shape) == 0 for v in values):  # one op, where reshapes and a concat are three
+            return ops.stack(values)
+        return ops.concatenate([ops.reshape(v, (-1,)) for v in values])
 
 
 class _TfKeras(_Flavour):
