@@ -409,6 +409,13 @@ def run_tf1_mlp(
     return final.values
 
 
+def fit_in_order(model: Any, callbacks: list[Any], steps: int) -> Any:
+    """Trains `model` on `steps` batches of `BATCH` of the shared data, in order, in one epoch."""
+    n = steps * BATCH
+    model.fit(_X[:n], _Y[:n], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
+    return model
+
+
 def fit_mlp(K: Any, hooks: Any, steps: int, model: Any = None, names: Any = None, **compile_args: Any) -> Any:
     """The Keras side of `run_tf1_mlp`: `steps` batches of `BATCH`, in order, under `HookCallback(hooks)`.
 
@@ -416,14 +423,4 @@ def fit_mlp(K: Any, hooks: Any, steps: int, model: Any = None, names: Any = None
         The model (layers named as TF1 named them), trained.
     """
     model = model or make_model(K, layer_names=TF1_NAMES, **compile_args)
-    n = steps * BATCH
-    model.fit(
-        _X[:n],
-        _Y[:n],
-        batch_size=BATCH,
-        epochs=1,
-        shuffle=False,
-        verbose=0,
-        callbacks=[HookCallback(hooks, names=names)],
-    )
-    return model
+    return fit_in_order(model, [HookCallback(hooks, names=names)], steps)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import real_hooks
 import tensorflow as tf
-from support import BATCH, TF1_NAMES, Recorder, iterations, make_data, make_model, weights_of
+from support import BATCH, TF1_NAMES, Recorder, fit_in_order, iterations, make_data, make_model, weights_of
 
 from hooks2callbacks import HookCallback, UnknownLogKeyError, log_tensor
 from hooks2callbacks._graph import AdapterGraph
@@ -27,17 +27,7 @@ X, Y = make_data()
 
 
 def fit(model, hooks, steps=10, names=None, **kwargs):
-    n = steps * BATCH
-    model.fit(
-        X[:n],
-        Y[:n],
-        batch_size=BATCH,
-        epochs=1,
-        shuffle=False,
-        verbose=0,
-        callbacks=[HookCallback(hooks, names=names, **kwargs)],
-    )
-    return model
+    return fit_in_order(model, [HookCallback(hooks, names=names, **kwargs)], steps)
 
 
 def rate(model):
@@ -273,16 +263,7 @@ def test_a_names_map_gives_tf1_names_to_log_keys_and_variables(K):
         "accuracy_ref": "accuracy",
     }
     recorder = Recorder(K, X, Y)  # each batch's own values, what the names stand for
-    n = 3 * BATCH
-    model.fit(
-        X[:n],
-        Y[:n],
-        batch_size=BATCH,
-        epochs=1,
-        shuffle=False,
-        verbose=0,
-        callbacks=[recorder, HookCallback([logger, ops], names=names)],
-    )
+    fit_in_order(model, [recorder, HookCallback([logger, ops], names=names)], steps=3)
     last = recorder.train_batch[-1]
     per_step = [data for step, data in real_hooks.dllogger.logged if len(step) == 2]
     assert [d["learning_rate"] for d in per_step] == pytest.approx([0.05] * 3)
