@@ -7,6 +7,8 @@ import importlib.util  # noqa: E402
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+from support import FakeClock  # noqa: E402
+from tensorflow.python.training import basic_session_run_hooks  # noqa: E402
 
 FLAVOURS = ("keras", "tf_keras")
 
@@ -32,3 +34,11 @@ def K(request):
     import tf_keras
 
     return tf_keras
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """A fake clock in place of the `time` module of the stock hooks (never sleeps)."""
+    fake = FakeClock()
+    monkeypatch.setattr(basic_session_run_hooks, "time", fake)
+    return fake

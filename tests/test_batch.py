@@ -19,7 +19,6 @@ import tensorflow as tf
 from support import (
     N_CLASSES,
     N_FEATURES,
-    FakeClock,
     OnlyAfterRun,
     Recorder,
     Tick,
@@ -29,7 +28,6 @@ from support import (
     run_tf1_mlp,
     weights_of,
 )
-from tensorflow.python.training import basic_session_run_hooks
 
 from hooks2callbacks import BatchValueError, HookCallback, log_tensor
 from hooks2callbacks._batch import _cache, derivable
@@ -391,13 +389,6 @@ def test_with_steps_per_execution_the_values_are_each_execution_last_batch(K):
 
 
 # -- against TF1: real hooks, unchanged, on the same model in a MonitoredSession ---------
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    fake = FakeClock()
-    monkeypatch.setattr(basic_session_run_hooks, "time", fake)
-    return fake
 
 
 @pytest.fixture

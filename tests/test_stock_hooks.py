@@ -18,7 +18,6 @@ import pytest
 import tensorflow as tf
 from support import (
     ClockExhausted,
-    FakeClock,
     Recorder,
     Tick,
     iterations,
@@ -28,7 +27,6 @@ from support import (
     needs_backend,
     read_scalars,
 )
-from tensorflow.python.training import basic_session_run_hooks
 
 from hooks2callbacks import HookCallback, log_tensor
 
@@ -47,13 +45,6 @@ def fit(K, model, hooks, epochs=1, x=X, y=Y, extra_callbacks=(), **kwargs):
     callbacks = [*extra_callbacks, recorder, HookCallback(hooks, mode=kwargs.pop("mode", "train"))]
     model.fit(x, y, batch_size=BATCH, epochs=epochs, verbose=0, shuffle=False, callbacks=callbacks, **kwargs)
     return recorder
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    fake = FakeClock()
-    monkeypatch.setattr(basic_session_run_hooks, "time", fake)
-    return fake
 
 
 @pytest.fixture
