@@ -52,7 +52,7 @@ from typing import Any
 
 import tensorflow as tf
 from tensorflow.python.eager import context
-from tensorflow.python.framework import ops
+from tensorflow.python.framework import meta_graph, ops
 from tensorflow.python.training import training_util
 
 # Names TF accepts for an op; anything else cannot be a graph lookup anyway.
@@ -100,6 +100,7 @@ _GRAPH_KEYS = frozenset(v for k, v in vars(_KEYS).items() if k.isupper() and isi
 # Code that reads collections for its own purposes: TF and Keras, and this package.
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _OPS_FILE = ops.__file__
+_META_GRAPH_FILE = meta_graph.__file__
 _FRAMEWORK = tuple(
     os.path.dirname(os.path.abspath(spec.origin)) + os.sep
     for spec in map(importlib.util.find_spec, ("tensorflow", "keras", "tf_keras", "tensorboard"))
@@ -315,7 +316,10 @@ class AdapterGraph(tf.Graph):
     def _fill(self, name: Any) -> None:
         if name != _KEYS.LOSSES:
             if self.mirror is not None:
-                self.mirror.build()
+                # A FileWriter's meta-graph export reads every collection: for a model
+                # with no weights yet it lists none. Any other read is an error then.
+                if self.mirror.ready() or not _exporting_meta_graph():
+                    self.mirror.build()
             return
         loss = self.log_tensor("loss")
         if loss not in super().get_collection(name):
@@ -391,6 +395,16 @@ class Unsealed:
     def __exit__(self, *exc_info: Any) -> None:
         if self._sealed:
             self._graph.finalize()
+
+
+def _exporting_meta_graph() -> bool:
+    """Whether the collection read in progress is part of a meta-graph export."""
+    frame: FrameType | None = sys._getframe(1)  # pylint: disable=protected-access
+    while frame is not None:
+        if frame.f_code.co_filename == _META_GRAPH_FILE:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _called_by_hook_code() -> bool:

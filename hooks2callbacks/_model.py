@@ -142,6 +142,17 @@ class Entry:
         return f"<mirror of {self.name!r}>"
 
 
+def has_weights(model: Any) -> bool:
+    """Whether the model has made its weights (tf_keras makes those of a model given
+    no input shape only in its first step, after `on_train_begin`)."""
+    if getattr(model, "built", True):
+        return True
+    try:
+        return bool(model.weights)
+    except ValueError:  # tf_keras's Sequential before it is built
+        return False
+
+
 class ModelMirror:
     """The TF1 variables standing for a Keras model's and optimizer's variables in one adapter graph.
 
@@ -175,6 +186,8 @@ class ModelMirror:
     def entries(self) -> list[Entry]:
         """The mirrored variables in collection order: model weights, learning rate, optimizer variables."""
         if self._entries is None:
+            if not has_weights(self._model):
+                return []  # none yet; looked for again once the model has made its weights
             self._entries = self._collect()
         return self._entries
 
@@ -204,6 +217,10 @@ class ModelMirror:
     def restored(self) -> list[Entry]:
         """The entries whose initializer `init_from_checkpoint` replaced."""
         return [e for e in self._entries or () if e.variable is not None and e.variable.initializer is not e.load_op]
+
+    def ready(self) -> bool:
+        """Whether there is anything to mirror yet (see `has_weights`)."""
+        return self._entries is not None or has_weights(self._model)
 
     def _collect(self) -> list[Entry]:
         model = self._model
@@ -261,6 +278,15 @@ class ModelMirror:
         """Makes the TF1 variables, once; also after the graph is finalized."""
         if self.built or self._building:
             return
+        model = self._model
+        if not self.ready():
+            raise ValueError(
+                f"The variables of the model {getattr(model, 'name', '?')!r} do not exist yet: tf_keras "
+                "makes the weights of a model given no input shape in its first step, after the hooks' "
+                "begin() and before_run(). TF1 hooks found the model's variables in the graph from "
+                "begin() on. Give the model an input shape (tf_keras.Input(shape=...) or input_shape= on "
+                "its first layer), or call model.build(input_shape) before fit()/evaluate()."
+            )
         graph = self._graph
         self._building = True
         try:

@@ -77,6 +77,7 @@ from tensorflow.python.eager import context
 from hooks2callbacks._dispatch import HookRunner, Hooks, as_hook_list, is_factory
 from hooks2callbacks._distribute import StopAgreement, is_chief, is_default, is_multi_worker, strategy_of
 from hooks2callbacks._graph import OP_NAME, log_key_of
+from hooks2callbacks._model import has_weights
 
 MODES = ("train", "eval", "predict")
 VALUES = ("batch", "running_mean")
@@ -153,7 +154,7 @@ def _build_optimizer(model: Any, strategy: tf.distribute.Strategy) -> None:
     built = getattr(optimizer, "built", None)
     if built is None:
         built = getattr(optimizer, "_built", False)
-    if optimizer is None or built or not callable(getattr(optimizer, "build", None)):
+    if optimizer is None or built or not callable(getattr(optimizer, "build", None)) or not has_weights(model):
         return
     # In the optimizer's name scope, as when Keras builds it in its first step.
     with context.eager_mode(), strategy.scope(), tf.name_scope(getattr(optimizer, "name", None) or "optimizer"):

@@ -379,6 +379,43 @@ def test_a_factory_that_fills_a_collection_silences_the_warning(K):
         fit(model, make, steps=1)
 
 
+# -- a tf_keras model given no input shape ------------------------------------------------
+
+
+def unbuilt_tf_keras_model():
+    tf_keras = pytest.importorskip("tf_keras")
+    model = tf_keras.Sequential([tf_keras.layers.Dense(8, activation="relu"), tf_keras.layers.Dense(3)])
+    model.compile("adam", tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    assert not model.built  # tf_keras makes its weights in the first step
+    return model
+
+
+def test_a_tf_keras_model_without_input_shape_runs_hooks_that_do_not_ask_for_its_variables(tmp_path):
+    class Fetches(V1.train.SessionRunHook):
+        def __init__(self):
+            self.results = []
+
+        def before_run(self, run_context):
+            return V1.train.SessionRunArgs(["loss", "accuracy"])
+
+        def after_run(self, run_context, run_values):
+            self.results.append(run_values.results)
+
+    seen = Fetches()
+    counter = V1.train.StepCounterHook(every_n_steps=1, output_dir=str(tmp_path))  # its writer reads every collection
+    model = fit(unbuilt_tf_keras_model(), [counter, seen], steps=3)
+    assert len(seen.results) == 3 and all(np.isfinite(r).all() for r in seen.results)
+    assert model.built
+    assert list(tmp_path.glob("events.out.tfevents.*"))
+
+
+def test_a_hook_reading_the_variables_of_a_tf_keras_model_not_yet_built_is_told_how_to_build_it():
+    with pytest.raises(ValueError, match=r"do not exist yet: tf_keras makes the weights") as raised:
+        fit(unbuilt_tf_keras_model(), Seen(), steps=1)
+    assert "model.build(input_shape)" in str(raised.value)
+    assert "Raised in Seen.begin()" in "\n".join(getattr(raised.value, "__notes__", []))
+
+
 # -- tf.distribute without a strategy ------------------------------------------------------
 
 
