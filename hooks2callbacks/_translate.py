@@ -12,13 +12,14 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import tensorflow as tf
 from tensorflow.python.eager import context
 from tensorflow.python.framework import ops
 
-from hooks2callbacks._model import outside_strategy
+from hooks2callbacks._model import has_weights, outside_strategy
 
 # What a TF1 Scaffold's default saver keeps.
 MAX_TO_KEEP = 5
@@ -69,6 +70,16 @@ class KerasSaver:
         del sess, latest_filename, meta_graph_suffix, write_meta_graph, write_state
         del strip_default_attrs, save_debug_info
         number = None if global_step is None else int(global_step)
+        if not has_weights(self._model):
+            warnings.warn(
+                f"HookCallback: CheckpointSaverHook saved {save_path}-{number} before the tf_keras model "
+                f"{getattr(self._model, 'name', '?')!r} made its weights (tf_keras makes those of a model "
+                "given no input shape in its first step): this checkpoint holds no model weights, where "
+                "TF1's initial checkpoint held them. Later checkpoints hold them. To save them from the "
+                "start, give the model an input shape or call model.build(input_shape) before fit().",
+                UserWarning,
+                stacklevel=2,
+            )
         # Hooks run with the adapter graph as default; object-based checkpoints
         # must be written eagerly, and outside the strategy the hooks' begin/end run in.
         with context.eager_mode(), outside_strategy(ops.get_default_graph()):

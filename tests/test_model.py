@@ -409,6 +409,15 @@ def test_a_tf_keras_model_without_input_shape_runs_hooks_that_do_not_ask_for_its
     assert list(tmp_path.glob("events.out.tfevents.*"))
 
 
+def test_the_step_0_checkpoint_of_a_tf_keras_model_not_yet_built_warns_that_it_holds_no_weights(tmp_path):
+    saver = V1.train.CheckpointSaverHook(str(tmp_path), save_steps=2)
+    with pytest.warns(UserWarning, match=r"saved .*model.ckpt-0 before the tf_keras model .* made its weights"):
+        model = fit(unbuilt_tf_keras_model(), saver, steps=4)
+    saved = {name for name, _ in tf.train.list_variables(str(tmp_path / "model.ckpt-4"))}
+    assert any(name.startswith("model/") for name in saved)  # later ones hold the weights
+    assert len(model.weights) == 4
+
+
 def test_a_hook_reading_the_variables_of_a_tf_keras_model_not_yet_built_is_told_how_to_build_it():
     with pytest.raises(ValueError, match=r"do not exist yet: tf_keras makes the weights") as raised:
         fit(unbuilt_tf_keras_model(), Seen(), steps=1)
