@@ -118,6 +118,18 @@ def test_parameter_count_and_variable_statistics_hooks_log_what_tf1_logged(K, v1
     assert logged == tf1  # counts, and each variable's norm and zeros read through session.run
 
 
+def test_the_parameter_count_hook_on_an_unbuilt_tf_keras_model_fails_clearly_rather_than_count_0(v1_shapes, logged):
+    # Under TF1 the graph held the variables from begin() on; a tf_keras model given no input
+    # shape makes them only in its first step. The hook must not log "0 parameters".
+    tf_keras = pytest.importorskip("tf_keras")
+    model = tf_keras.Sequential([tf_keras.layers.Dense(4), tf_keras.layers.Dense(3)])
+    model.compile("sgd", tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with pytest.raises(ValueError, match=r"do not exist yet") as raised:
+        fit_mlp(None, [real_hooks.LogParametersCountHook()], steps=1, model=model)
+    assert "Raised in LogParametersCountHook.begin()" in "\n".join(raised.value.__notes__)
+    assert not any("Number of trainable parameters" in line for line in logged)
+
+
 class AfterUpdate(V1.train.SessionRunHook):
     """Reads the weight norm in a run of its own after each step: the value after the update."""
 
