@@ -8,15 +8,24 @@ computed inside Keras's own compiled step instead:
     wrapped_step(data):                  # the model's own step, wrapped
         logs = model's step(data)        # untouched: Keras's state and logs stay its own
         for each metric the step updated (recorded by its `update_state`):
-            state = the metric's reset state, updated with the same arguments
+            state = what its update added to each state variable (one
+                    `assign_add` each: that is the state of the batch alone),
+                    else its reset state updated with the same arguments
             (summed across replicas under tf.distribute: the global batch)
             value = the metric's result on that state    # the batch's own value
-        return logs + {BATCH/key: value}
+        return logs without their float32 scalars
+               + {BATCH: pack(those scalars, the values)}    # one output
 
     function(*args):                     # what Keras's loop calls for the run
         out = compiled(*args)            # built once by the model's make_*_function
-        pop the BATCH/ keys from its logs into the source    # other callbacks never see them
+        pop BATCH and bring it to numpy, once    # other callbacks never see it
+        put Keras's scalars back into the logs as the Python floats that Keras's
+            conversion (`pythonify_logs`) would make of them  (Keras 3, training)
         return out
+
+One output for the step's values costs less than Keras's own two or more:
+TF's Python handling of a function's outputs and Keras's conversion of each
+log value cost several µs a step per value (`benchmarks/batch_values.py`).
 
 A key maps to its metric by identity: the tensor a metric's `result()` returned
 is the value the step put under that key. A metric is *derivable* when the class
@@ -87,6 +96,11 @@ class _Recording(threading.local):
         # metric -> its batch state, or (tf_keras) why it has none
         self.states: dict[Any, Any] = {}
         self.results: dict[int, Any] = {}  # id(tensor a metric's result() returned) -> metric
+        # While a Keras 3 metric updates: id(variable) -> the values its assign_add got,
+        # and a list of any other writes to those variables (see `_watch`).
+        self.taps: dict[int, list[Any]] | None = None
+        self.other_writes: list[Any] = []
+        self.adding = 0  # inside a watched assign_add, whose own assign is that add
 
 
 _recording = _Recording()
@@ -121,6 +135,44 @@ class _Patches:
 _ABSENT = object()
 
 
+def _watch(variable: Any, patches: _Patches) -> None:
+    """Makes `variable`'s writes recorded while its metric updates in this thread (at trace time)."""
+
+    def make_assign_add(original: Callable[..., Any]) -> Callable[..., Any]:
+        def assign_add(value: Any) -> Any:
+            added = None if _recording.taps is None else _recording.taps.get(id(variable))
+            if added is None:
+                return original(value)
+            added.append(value)
+            _recording.adding += 1
+            try:
+                return original(value)
+            finally:
+                _recording.adding -= 1
+
+        return assign_add
+
+    def make_other(original: Callable[..., Any]) -> Callable[..., Any]:
+        def write(value: Any) -> Any:
+            if _recording.taps is not None and id(variable) in _recording.taps and not _recording.adding:
+                _recording.other_writes.append(value)
+            return original(value)
+
+        return write
+
+    patches.set(variable, "assign_add", make_assign_add)
+    patches.set(variable, "assign", make_other)
+    patches.set(variable, "assign_sub", make_other)
+
+
+def _as_state(variable: Any, added: Any) -> Any:
+    """What `variable.assign_add(added)` adds to zeros: `added` in the variable's dtype and shape."""
+    value = keras.ops.convert_to_tensor(added, dtype=variable.dtype)
+    if tuple(value.shape) != tuple(variable.shape):
+        value = keras.ops.broadcast_to(value, variable.shape)
+    return value
+
+
 class _Flavour:
     """How one Keras flavour's metrics are recorded; see `_Keras3` and `_TfKeras`."""
 
@@ -130,16 +182,29 @@ class _Flavour:
     def containers(self, model: Any) -> list[Any]:
         raise NotImplementedError
 
+    # Whether Keras passes every callback its logs as Python numbers (`pythonify_logs`),
+    # so that the step may hand them over already converted (see `_Wrapped`).
+    converts_logs = False
+
+    def watch(self, metric: Any, patches: _Patches) -> None:
+        """Prepares `metric` for `record_update`, for a run (undone with `patches`)."""
+
     def record_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         raise NotImplementedError
 
-    def batch_values(self, metrics: list[Any], states: list[Any]) -> Any:
-        """The batch values of `metrics` from their batch `states`, packed into one flat vector."""
+    def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
+        """The batch values of `metrics` from their batch `states`."""
+        raise NotImplementedError
+
+    def pack(self, values: list[Any]) -> Any:
+        """`values`, flattened into one vector."""
         raise NotImplementedError
 
 
 class _Keras3(_Flavour):
-    """Keras 3, any backend: the batch state from Keras's stateless metric API."""
+    """Keras 3, any backend: the batch state is what the metric's update added."""
+
+    converts_logs = True
 
     def leaves(self, model: Any) -> list[Any]:
         from keras.src.trainers.compile_utils import CompileMetrics  # pylint: disable=import-outside-toplevel
@@ -155,34 +220,49 @@ class _Keras3(_Flavour):
     def containers(self, model: Any) -> list[Any]:
         return [c for c in (getattr(model, "_compile_metrics", None), getattr(model, "_compile_loss", None)) if c]
 
+    def watch(self, metric: Any, patches: _Patches) -> None:
+        for variable in metric.variables:
+            _watch(variable, patches)
+
     def record_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        first = metric not in _recording.states
         if not derivable(metric):
             _recording.states[metric] = None
             return original(*args, **kwargs)
-        _recording.inside = True
+        # Keras's own metrics reset to zeros and add each batch's contribution with
+        # one `assign_add` per variable, so the value added *is* the state of that
+        # batch alone, to the bit (0 + x = x): the metric's own update is watched,
+        # and nothing is computed twice.
+        variables = list(metric.variables)
+        taps: dict[int, list[Any]] = {id(v): [] for v in variables}
+        saved = _recording.taps, _recording.other_writes
+        _recording.taps, _recording.other_writes = taps, []
         try:
-            start = metric.stateless_reset_state() if first else _recording.states[metric]
-            # Calls `metric.update_state` (ours) inside a stateless scope: passes through.
-            batch = _recording.states[metric] = metric.stateless_update_state(start, *args, **kwargs)
+            result = original(*args, **kwargs)
+            other_writes = _recording.other_writes
         finally:
-            _recording.inside = False
-        if not first:
-            return original(*args, **kwargs)
-        # Keras's own metrics reset to zeros and add each batch's contribution once
-        # per variable, so from zeros the state *is* that contribution, to the bit:
-        # adding it is the metric's own update, without computing it twice.
-        for variable, value in zip(metric.variables, batch, strict=True):
-            variable.assign_add(value)
-        return None
+            _recording.taps, _recording.other_writes = saved
+        added = [taps[id(v)] for v in variables]
+        if not other_writes and len(metric.variables) == len(variables) and all(len(a) == 1 for a in added):
+            batch = [_as_state(v, a[0]) for v, a in zip(variables, added, strict=True)]
+        else:  # another kind of update (or variables it made just now): from the reset state, apart
+            _recording.inside = True
+            try:
+                batch = metric.stateless_update_state(metric.stateless_reset_state(), *args, **kwargs)
+            finally:
+                _recording.inside = False
+        previous = _recording.states.get(metric)
+        _recording.states[metric] = batch if previous is None else [p + b for p, b in zip(previous, batch, strict=True)]
+        return result
 
-    def batch_values(self, metrics: list[Any], states: list[Any]) -> Any:
+    def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
         states = _sum_across_replicas(states)
         _recording.inside = True
         try:
-            values = [metric.stateless_result(state) for metric, state in zip(metrics, states, strict=True)]
+            return [metric.stateless_result(state) for metric, state in zip(metrics, states, strict=True)]
         finally:
             _recording.inside = False
+
+    def pack(self, values: list[Any]) -> Any:
         ops = keras.ops
         dtype = "float64" if any(keras.backend.standardize_dtype(v.dtype) == "float64" for v in values) else "float32"
         values = [ops.cast(v, dtype) for v in values]
@@ -230,8 +310,8 @@ class _TfKeras(_Flavour):
         _recording.states[metric] = batch
         return tf.group([v.assign(s + b) for v, s, b in zip(variables, saved, batch, strict=True)])
 
-    def batch_values(self, metrics: list[Any], states: list[Any]) -> Any:
-        values = []
+    def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
+        values: list[Any] = []
         for metric, state in zip(metrics, _sum_across_replicas(states), strict=True):
             variables = metric.variables
             saved = [tf.identity(v) for v in variables]
@@ -241,6 +321,9 @@ class _TfKeras(_Flavour):
             with tf.control_dependencies(values[-1:]):
                 for v, value in zip(variables, saved, strict=True):
                     v.assign(value)
+        return values
+
+    def pack(self, values: list[Any]) -> Any:
         dtype = tf.float64 if any(v.dtype == tf.float64 for v in values) else tf.float32
         packed = tf.concat([tf.reshape(tf.cast(v, dtype), [-1]) for v in values], 0)
         context = tf.distribute.get_replica_context()
@@ -273,6 +356,11 @@ class _StepInfo:
         # (flattened, one after another) into one output.
         self.layout: tuple[Slot, ...] = ()
         self.underivable: dict[str, str] = {}  # key -> why it has none
+        # Keras's own float32 scalar logs travel packed first, in this order, in the
+        # same output; `order` gives back the logs' keys in Keras's order, each
+        # with its place in the packed output, or -1 for a log value left as it is.
+        self.folded: tuple[str, ...] = ()
+        self.order: tuple[tuple[str, int], ...] = ()
         self.runs = 0  # Python runs of the wrapped step: one per trace where Keras compiles
 
 
@@ -289,6 +377,10 @@ class _Wrapped:
         self._step_name = "train_step" if mode == "train" else "test_step"
         self._function_name = "train_function" if mode == "train" else "test_function"
         self._patches = _Patches()
+        # Keras's own logs are handed over as the Python floats Keras would make of
+        # them: in training only, where the logs reach nothing but callbacks
+        # (evaluate() may return the last step's logs to its caller as they are).
+        self._fold = flavour.converts_logs and mode == "train"
         self._model_ref = weakref.ref(model)
         self.original = getattr(model, self._function_name)
         self.compiled = self._build(model)
@@ -345,6 +437,7 @@ class _Wrapped:
 
             self._patches.set(metric, "update_state", make_update)
             self._patches.set(metric, "result", make_result)
+            flavour.watch(metric, self._patches)
 
         def patch_container(container: Any) -> None:
             def make_build(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -379,7 +472,7 @@ class _Wrapped:
         _recording.states, _recording.results = {}, {}
         logs = out[0] if self._jax else out
         if not isinstance(logs, dict):
-            info.layout, info.underivable = (), {}
+            info.layout, info.underivable, info.folded, info.order = (), {}, (), ()
             return out
         derived: list[tuple[str, Any, tuple[int, ...]]] = []
         underivable: dict[str, str] = {}
@@ -392,20 +485,40 @@ class _Wrapped:
                 derived.append((key, metric, tuple(int(d) for d in value.shape)))
             else:
                 underivable[key] = why
-        info.layout = _layout([(key, shape) for key, _, shape in derived])
+        # TF's Python handling of a function's outputs, and Keras's conversion of
+        # each log value, cost several µs a step per value: Keras's own scalar logs
+        # travel in the batch values' output, to be converted with them, once.
+        folded = [k for k, v in logs.items() if self._foldable(v)] if self._fold else []
+        info.folded = tuple(folded)
+        info.order = tuple((k, folded.index(k) if k in folded else -1) for k in logs)
+        info.layout = _layout([(key, shape) for key, _, shape in derived], start=len(folded))
         info.underivable = underivable
-        if derived:
-            # One output for all: TF's Python handling of a function's outputs costs
-            # about 10 µs a step per output tensor.
-            packed = self._flavour.batch_values([m for _, m, _ in derived], [states[m] for _, m, _ in derived])
-            logs = {**logs, BATCH_KEY: packed}
+        if derived or folded:
+            values = [logs[k] for k in folded]
+            if derived:
+                values += self._flavour.batch_values([m for _, m, _ in derived], [states[m] for _, m, _ in derived])
+            logs = {k: v for k, v in logs.items() if k not in info.folded}
+            logs[BATCH_KEY] = self._flavour.pack(values)
         return (logs, *out[1:]) if self._jax else logs
+
+    @staticmethod
+    def _foldable(value: Any) -> bool:
+        # Only float32 scalars: their Python float is what Keras's conversion makes.
+        return len(getattr(value, "shape", (None,))) == 0 and keras.backend.standardize_dtype(value.dtype) == "float32"
 
     def __call__(self, *args: Any) -> Any:
         out = self.compiled(*args)
         logs = out[0] if self._jax else out
-        self.latest = logs.pop(BATCH_KEY, None)
-        return out
+        packed = logs.pop(BATCH_KEY, None)
+        info = self.info
+        if not info.folded:
+            self.latest = packed  # brought to numpy if a hook reads a value
+            return out
+        flat = _to_numpy(packed)
+        numbers = flat.tolist()  # float32 to Python float is exact: what Keras's conversion gives
+        self.latest = _unpack(flat, numbers, info.layout)
+        logs = {key: logs[key] if index < 0 else numbers[index] for key, index in info.order}
+        return (logs, *out[1:]) if self._jax else logs
 
     # -- a run ----------------------------------------------------------------
 
@@ -510,9 +623,9 @@ class BatchSource:
                 wrapped.detach(self._model)
 
 
-def _layout(shapes: list[tuple[str, tuple[int, ...]]]) -> tuple[Slot, ...]:
-    """Where each key's value sits in the packed output (see `_StepInfo.layout`)."""
-    slots, start = [], 0
+def _layout(shapes: list[tuple[str, tuple[int, ...]]], start: int = 0) -> tuple[Slot, ...]:
+    """Where each key's value sits in the packed output, from `start` on (see `_StepInfo.layout`)."""
+    slots = []
     for key, shape in shapes:
         stop = start + math.prod(shape)
         slots.append((key, start, stop, shape or None))
@@ -528,12 +641,26 @@ def _to_numpy(packed: Any) -> Any:
     return keras.ops.convert_to_numpy(packed)
 
 
+def _unpack(flat: Any, numbers: list[float], layout: tuple[Slot, ...]) -> dict[str, Any]:
+    """The batch values by key: a Python float for a scalar, else a numpy array (as Keras's logs hold them)."""
+    return {
+        key: numbers[start] if shape is None else flat[start:stop].reshape(shape) for key, start, stop, shape in layout
+    }
+
+
 class BatchLogs(Mapping[str, Any]):
     """A step's logs with each derivable metric's batch value in place of Keras's running mean.
 
     Values are what Keras's logs hold (`python_utils.pythonify_logs`): a Python
-    float for a scalar, else a numpy array. The packed batch values are brought
-    to numpy on the first access, so a step whose values no hook reads costs nothing.
+    float for a scalar, else a numpy array.
+
+    Args:
+        logs: The logs Keras passed to callbacks.
+        batch: The batch values by key; or the packed output of the step, brought
+            to numpy on the first read, so that a step whose values no hook reads
+            costs nothing more.
+        layout: Where each key's value sits in a packed output.
+        underivable: Why each key that has no batch value has none.
     """
 
     __slots__ = ("_logs", "_packed", "_layout", "_underivable", "_batch")
@@ -541,29 +668,25 @@ class BatchLogs(Mapping[str, Any]):
     def __init__(
         self,
         logs: Mapping[str, Any],
-        packed: Any,
+        batch: Any,
         layout: tuple[Slot, ...],
         underivable: Mapping[str, str],
     ) -> None:
         self._logs = logs
-        self._packed = packed
+        self._batch: dict[str, Any] | None = batch if isinstance(batch, dict) else (None if layout else {})
+        self._packed = batch
         self._layout = layout
         self._underivable = underivable
-        self._batch: dict[str, Any] | None = None
 
     def _unpacked(self) -> dict[str, Any]:
         batch = self._batch
         if batch is None:
             flat = _to_numpy(self._packed)
-            batch = {
-                key: float(flat[start]) if shape is None else flat[start:stop].reshape(shape)
-                for key, start, stop, shape in self._layout
-            }
-            self._batch = batch
+            batch = self._batch = _unpack(flat, flat.tolist(), self._layout)
         return batch
 
     def __getitem__(self, key: str) -> Any:
-        batch = self._unpacked() if self._layout else {}
+        batch = self._unpacked()
         if key in batch:
             return batch[key]
         why = self._underivable.get(key)
@@ -588,5 +711,5 @@ class BatchLogs(Mapping[str, Any]):
         return len(self._logs)
 
     def __repr__(self) -> str:
-        batch = self._unpacked() if self._layout else {}
+        batch = self._unpacked()
         return f"BatchLogs({ {k: batch.get(k, v) for k, v in self._logs.items()}!r})"

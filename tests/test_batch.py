@@ -136,8 +136,9 @@ KERAS_METRICS = sorted(
 
 @pytest.mark.parametrize("name", KERAS_METRICS)
 def test_every_keras_metric_is_derivable_and_resets_to_zeros(name):
-    # Keras 3's step adds the batch state computed from the reset state to the
-    # metric's own: exact only if that reset state is zeros, as it is for these.
+    # A batch's state is what the metric's update added to its state (or, for a
+    # metric that assigns, its reset state updated with the batch): the state of
+    # the batch alone only if the reset state is zeros, as it is for these.
     metric = getattr(keras.metrics, name)(**REQUIRED.get(name, {}))
     assert derivable(metric)
     for value in metric.stateless_reset_state():
@@ -350,6 +351,72 @@ def test_a_metric_with_its_own_update_state_is_an_error_only_when_fetched(K):
     hook = Seen(("counted",))
     model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[HookCallback(hook, values="running_mean")])
     assert [r["counted"] for r in hook.results] == [1.0, 2.0, 3.0, 4.0]
+
+
+class TwiceUpdated(keras.Model):
+    """A custom test_step that updates one Keras `Mean` twice per step: with the MSE, then the MAE."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dense = keras.layers.Dense(1)
+        self.tracker = keras.metrics.Mean(name="errors")
+
+    def call(self, x: Any) -> Any:
+        return self.dense(x)
+
+    def test_step(self, data: Any) -> Any:
+        x, y = data
+        error = self(x) - keras.ops.expand_dims(keras.ops.cast(y, "float32"), -1)
+        self.tracker.update_state(keras.ops.mean(keras.ops.square(error)))
+        self.tracker.update_state(keras.ops.mean(keras.ops.abs(error)))
+        return {"errors": self.tracker.result()}
+
+    @property
+    def metrics(self) -> list[Any]:
+        return [self.tracker]
+
+
+@needs_backend("tensorflow", "torch", reason="JAX's test_step is stateless: test_step(state, data)")
+def test_a_metric_updated_twice_in_a_step_gives_the_mean_of_that_step_alone():
+    keras.utils.set_random_seed(0)
+    model = TwiceUpdated()
+    model.compile()
+    model(X[:1])
+    hook = Seen(("errors",))
+    model.evaluate(X, Y, batch_size=BATCH, verbose=0, callbacks=[HookCallback(hook, mode="eval")])
+    expected = []
+    for start in range(0, len(X), BATCH):
+        error = model.predict(X[start : start + BATCH], verbose=0)[:, 0] - Y[start : start + BATCH]
+        expected.append((np.mean(error**2) + np.mean(np.abs(error))) / 2)
+    assert [r["errors"] for r in hook.results] == pytest.approx(expected, rel=1e-5)
+    # Keras's own value is the mean since the evaluation began, which differs.
+    assert hook.results[-1]["errors"] != pytest.approx(
+        float(keras.ops.convert_to_numpy(model.tracker.result())), rel=1e-3
+    )
+
+
+def iou_model(K: Any) -> Any:
+    """The small MLP with Keras's MeanIoU, whose update assigns rather than adds."""
+    model = make_model(K)
+    model.compile(
+        optimizer=K.optimizers.SGD(0.05),
+        loss=K.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[K.metrics.MeanIoU(num_classes=N_CLASSES, sparse_y_pred=False, name="iou")],
+    )
+    return model
+
+
+def test_a_keras_metric_that_assigns_rather_than_adds_is_exact_too(K):
+    # MeanIoU's update assigns `total_cm + the batch's confusion matrix`: its batch
+    # state is computed apart, from the reset state, rather than read off an add.
+    recorder = Recorder(K, X, Y, reference=iou_model)
+    hook = Seen(("loss", "iou"))
+    iou_model(K).fit(
+        X, Y, batch_size=BATCH, epochs=2, verbose=0, shuffle=False, callbacks=[recorder, HookCallback(hook)]
+    )
+    for step, (seen, own) in enumerate(zip(hook.results, recorder.train_batch, strict=True)):
+        assert seen == pytest.approx({key: own[key] for key in ("loss", "iou")}, rel=1e-5), f"step {step}"
+    assert hook.results[2]["iou"] != pytest.approx(recorder.train_logs[2]["iou"], rel=1e-3)
 
 
 class PlainValueModel(keras.Model):
