@@ -1,8 +1,8 @@
 """Shared pieces of the benchmark scripts: models, data, the hook stacks, machine info.
 
-Not part of the library; imported by `benchmarks/overhead.py`, `benchmarks/soak.py`
-and `benchmarks/profile_adapted.py` (run them from the repository root or from
-`benchmarks/`; each script puts its own folder on `sys.path`).
+Not part of the library; imported by the scripts of `benchmarks/` (run them from
+the repository root or from `benchmarks/`; each script puts its own folder on
+`sys.path`).
 """
 
 from __future__ import annotations
@@ -251,3 +251,25 @@ def count_fds() -> int:
 
 def python_line() -> str:
     return f"Python {sys.version.split()[0]}"
+
+
+def ratio_of_medians(a: np.ndarray, b: np.ndarray, rng: Any, reps: int = 500) -> tuple[float, float, float]:
+    """median(a)/median(b), and a 95% bootstrap interval that resamples whole cycles.
+
+    Args:
+        a: Step times of one variant, shaped (cycles, steps per cycle).
+        b: The other variant's, in the same cycles.
+        rng: A numpy random Generator.
+        reps: Bootstrap resamples.
+
+    Returns:
+        The ratio and the interval's low and high ends.
+    """
+    r = float(np.median(a) / np.median(b))
+    cycles = len(a)
+    samples = []
+    for _ in range(reps):
+        pick = rng.integers(0, cycles, cycles)
+        samples.append(np.median(a[pick]) / np.median(b[pick]))
+    low, high = np.percentile(samples, [2.5, 97.5])
+    return r, float(low), float(high)

@@ -1,18 +1,27 @@
-"""The cost, inside the train step, of computing each batch's own values (`hooks2callbacks._batch`).
+"""The cost of each batch's own values (`hooks2callbacks._batch`) in the step, without `fit` or callbacks.
 
 Run from the repository root:
 
-    TF_CPP_MIN_LOG_LEVEL=3 python benchmarks/batch_values.py --calls 300 --rounds 41 [--model mid]
+    TF_CPP_MIN_LOG_LEVEL=3 python benchmarks/batch_values.py --cycles 500 [--model mid]
 
-It times the model's own compiled train function and the one `HookCallback`
-uses for `values="batch"` (the same model's step, which also computes each
-metric's value on the batch and returns it beside the logs, then hands Keras
-its logs without those values), called directly in a tight loop on the same
-`tf.data` iterator: no `fit`, no callbacks, so only the step and the wrapper
-differ. Rounds alternate the two functions, `--calls` calls each; the ratio is
-taken within each round and the median reported, with wall time and this
-process's CPU time (the latter is less sensitive to other processes on a
-shared machine).
+It times, called directly in a loop on the same distributed `tf.data` iterator
+that `fit` uses, what happens between two callbacks for each step:
+
+  own    the model's own compiled train function, then Keras's conversion of
+         its logs for the callbacks (`pythonify_logs`);
+  batch  the function `HookCallback` puts in its place for `values="batch"`
+         (the same step, which also computes each metric's value on the batch
+         and returns them with Keras's scalar logs in one output), the same
+         conversion, then a read of every batch value, as a hook that fetches
+         them all makes.
+
+The two take turns of `--block` calls, `--cycles` turns each. The first
+`--settle` calls of a turn are left out: after the other function ran, the
+first few calls of a function are slower, which in a `fit` only happens once.
+Reported: the median µs per call, and the ratio of the medians with a 95%
+bootstrap interval over the cycles (medians, because of the machine's long
+tail of slow calls; the ratio of the means is shown beside it); and the number
+of nodes of each function's graphs.
 """
 
 from __future__ import annotations
@@ -22,8 +31,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import argparse
-import gc
-import statistics
+import collections
 import sys
 import time
 from collections.abc import Callable
@@ -32,63 +40,94 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _common  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from keras.src.utils.python_utils import pythonify_logs  # noqa: E402
 
 from hooks2callbacks._batch import BatchSource  # noqa: E402
 
 
-def time_calls(function: Callable[[Any], Any], iterator: Any, calls: int) -> tuple[float, float]:
-    """Seconds per call of `function(iterator)`: (wall, this process's CPU)."""
-    gc.collect()
-    wall, cpu = time.perf_counter(), time.process_time()
-    for _ in range(calls):
-        function(iterator)
-    return (time.perf_counter() - wall) / calls, (time.process_time() - cpu) / calls
+def graph_nodes(function: Any) -> collections.Counter[str]:
+    """Node types of the tf.functions a Keras train function calls (and of the functions they call)."""
+    counts: collections.Counter[str] = collections.Counter()
+    for cell in function.__closure__ or ():
+        try:
+            inner = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        for concrete in getattr(inner, "_list_all_concrete_functions", list)():
+            counts.update(op.type for op in concrete.graph.get_operations())
+            for library in concrete.graph._functions.values():  # pylint: disable=protected-access
+                counts.update(node.op for node in library.definition.node_def)
+    return counts
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--calls", type=int, default=300, help="train steps per function per round")
-    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--cycles", type=int, default=500, help="turns per function")
+    parser.add_argument("--block", type=int, default=20, help="calls per turn")
+    parser.add_argument("--settle", type=int, default=5, help="calls at the start of each turn left out")
     parser.add_argument("--model", choices=sorted(_common.MODELS), default="small")
     args = parser.parse_args(argv)
+    if args.cycles < 2 or not 0 <= args.settle < args.block:
+        parser.error("bad --cycles/--block/--settle")
 
     widths = _common.MODELS[args.model]
     model = _common.keras_mlp(widths)
     dataset = _common.synthetic_dataset(widths)
     model.fit(dataset, steps_per_epoch=2, epochs=1, verbose=0)  # Keras builds and traces its function
     own = model.train_function
-    iterator = iter(dataset)
+    iterator = iter(tf.distribute.get_strategy().experimental_distribute_dataset(dataset))
     source = BatchSource(model, "train")
-    batch = model.train_function
-    batch(iterator)  # traced while attached, as in a run
-    keys = [slot[0] for slot in batch.info.layout]  # type: ignore[attr-defined]
-    source.close()
-    own(iterator)
+    wrapped = model.train_function
+    wrapped(iterator)  # traced while attached, as in a run
+    keys = [slot[0] for slot in wrapped.info.layout]  # type: ignore[attr-defined]
 
-    rows: dict[str, list[tuple[float, float]]] = {"own": [], "batch": []}
-    for _ in range(args.rounds):
-        for name, function in (("own", own), ("batch", batch)):
-            rows[name].append(time_calls(function, iterator, args.calls))
+    def own_step() -> None:
+        pythonify_logs(own(iterator))
+
+    def batch_step() -> None:
+        logs = source.logs(pythonify_logs(wrapped(iterator)))
+        for key in keys:
+            logs[key]
+
+    functions: dict[str, Callable[[], None]] = {"own": own_step, "batch": batch_step}
+    for function in functions.values():
+        for _ in range(50):
+            function()
+    times = np.zeros((2, args.cycles, args.block))
+    clock = time.perf_counter
+    for cycle in range(args.cycles):
+        for turn in range(2):
+            v = (turn + cycle) % 2
+            function = list(functions.values())[v]
+            for call in range(args.block):
+                t0 = clock()
+                function()
+                times[v, cycle, call] = clock() - t0
+    source.close()
+    kept = times[:, :, args.settle :] * 1e6
 
     info = _common.machine_info()
+    nodes = {"own": graph_nodes(own), "batch": graph_nodes(wrapped.compiled)}  # type: ignore[attr-defined]
+    extra = nodes["batch"].copy()
+    extra.subtract(nodes["own"])
     print(
         f"Model `{args.model}` (MLP {'→'.join(map(str, widths))}, batch {_common.BATCH}, Adam, loss + accuracy), "
-        f"{args.calls} calls × {args.rounds} rounds per function; batch values of {list(keys)}. "
-        f"{info['cpus_usable']} of {info['cpu_count']} CPUs ({info['cpu_model']}), Python {info['python']}, "
-        f"TensorFlow {info['tensorflow']}, Keras {info['keras']}, load average {info['loadavg'][0]:.2f}, "
-        f"git {info['git']}.\n"
+        f"turns of {args.block} calls, {args.cycles} turns per function, the first {args.settle} of each turn "
+        f"left out; batch values of {keys}. {info['cpus_usable']} of {info['cpu_count']} CPUs "
+        f"({info['cpu_model']}), Python {info['python']}, TensorFlow {info['tensorflow']}, Keras {info['keras']}, "
+        f"load average {info['loadavg'][0]:.2f}, git {info['git']}.\n"
     )
-    print("| function | wall µs/step (median) | CPU µs/step (median) |")
-    print("|---|---:|---:|")
-    for name in rows:
-        wall = statistics.median(w for w, _ in rows[name]) * 1e6
-        cpu = statistics.median(c for _, c in rows[name]) * 1e6
-        print(f"| {name} | {wall:.0f} | {cpu:.0f} |")
-    print("\n| ratio batch/own (per round, then median) | median | min – max |")
-    print("|---|---:|---:|")
-    for index, label in ((0, "wall"), (1, "CPU")):
-        ratios = [b[index] / o[index] for b, o in zip(rows["batch"], rows["own"], strict=True)]
-        print(f"| {label} | {statistics.median(ratios):.3f} | {min(ratios):.3f} – {max(ratios):.3f} |")
+    print("| function | µs/call (median) | µs/call (mean) | graph nodes |")
+    print("|---|---:|---:|---:|")
+    for v, name in enumerate(functions):
+        print(f"| {name} | {np.median(kept[v]):.0f} | {kept[v].mean():.0f} | {sum(nodes[name].values())} |")
+    r, low, high = _common.ratio_of_medians(kept[1], kept[0], np.random.default_rng(0))
+    print("\n| ratio batch/own | of medians | 95% interval | of means |")
+    print("|---|---:|---:|---:|")
+    print(f"| | {r:.3f} | {low:.3f} – {high:.3f} | {kept[1].mean() / kept[0].mean():.3f} |")
+    print(f"\nNodes the batch values add, by type: {dict(sorted((k, v) for k, v in extra.items() if v))}")
     return 0
 
 
