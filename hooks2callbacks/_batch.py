@@ -139,24 +139,24 @@ def _watch(variable: Any, patches: _Patches) -> None:
     """Makes `variable`'s writes recorded while its metric updates in this thread (at trace time)."""
 
     def make_assign_add(original: Callable[..., Any]) -> Callable[..., Any]:
-        def assign_add(value: Any) -> Any:
+        def assign_add(value: Any, *args: Any, **kwargs: Any) -> Any:
             added = None if _recording.taps is None else _recording.taps.get(id(variable))
             if added is None:
-                return original(value)
+                return original(value, *args, **kwargs)
             added.append(value)
             _recording.adding += 1
             try:
-                return original(value)
+                return original(value, *args, **kwargs)
             finally:
                 _recording.adding -= 1
 
         return assign_add
 
     def make_other(original: Callable[..., Any]) -> Callable[..., Any]:
-        def write(value: Any) -> Any:
+        def write(value: Any, *args: Any, **kwargs: Any) -> Any:
             if _recording.taps is not None and id(variable) in _recording.taps and not _recording.adding:
                 _recording.other_writes.append(value)
-            return original(value)
+            return original(value, *args, **kwargs)
 
         return write
 
