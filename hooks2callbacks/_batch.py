@@ -301,9 +301,13 @@ class _TfKeras(_Flavour):
         if not variables:  # made in its first update (F1Score): none to zero beforehand
             _recording.states[metric] = "makes its state in its first update, in the step"
             return original(*args, **kwargs)
-        saved = [tf.identity(v) for v in variables]
-        for v in variables:
-            v.assign(tf.zeros_like(v))
+        # Not before the batch exists: TF orders ops on different resources only by
+        # their data, and a step whose iterator is exhausted fails at its get_next;
+        # zeroing the state first would leave it zeroed, as the epoch's logs.
+        with tf.control_dependencies([t for t in tf.nest.flatten((args, kwargs)) if tf.is_tensor(t)]):
+            saved = [tf.identity(v) for v in variables]
+            for v in variables:
+                v.assign(tf.zeros_like(v))
         update = original(*args, **kwargs)
         with tf.control_dependencies([] if update is None else [update]):
             batch = [tf.identity(v) for v in variables]

@@ -236,6 +236,30 @@ def test_training_and_other_callbacks_are_exactly_as_without_hook_callback(K):
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_dataset_of_unknown_size_ends_each_epoch_as_without_hook_callback(K):
+    """The last step of an epoch of unknown length finds the data exhausted; Keras ends the epoch there."""
+
+    def dataset() -> Any:
+        data = tf.data.Dataset.from_tensor_slices((X, Y)).batch(BATCH)
+        return data.filter(lambda x, y: True)  # Keras no longer knows how many batches there are
+
+    def run(with_hooks: bool) -> tuple[Any, list[dict], list[np.ndarray], list[dict]]:
+        model = make_model(K)
+        recorder = Recorder(K, X, Y, reference=None)
+        seen = Seen(("loss", "accuracy"))
+        hooks = [HookCallback(seen), HookCallback(Seen(("loss",)), mode="eval")]
+        callbacks = [recorder] + (hooks if with_hooks else [])
+        history = model.fit(dataset(), epochs=3, verbose=0, callbacks=callbacks, validation_data=dataset())
+        return history.history, recorder.train_logs, model.get_weights(), seen.results
+
+    history, logs, weights, seen = run(True)
+    plain_history, plain_logs, plain_weights, _ = run(False)
+    assert len(logs) == 3 * 4 and len(seen) == 3 * 4
+    assert history == plain_history and logs == plain_logs
+    for a, b in zip(weights, plain_weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_the_step_is_built_once_and_the_model_given_back_between_runs(K):
     def overrides(model: Any) -> list[tuple[int, str, Any]]:
         """The instance-level methods of the model and its metrics and containers."""
