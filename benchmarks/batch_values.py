@@ -13,9 +13,13 @@ that `fit` uses, what happens between two callbacks for each step:
          (the same step, which also computes each metric's value on the batch
          and returns them with Keras's scalar logs in one output), the same
          conversion, then a read of every batch value, as a hook that fetches
-         them all makes.
+         them all makes. On Keras 3's TensorFlow backend it calls the compiled
+         step directly (`_batch._direct_step`), not through Keras's Python.
+  keras  `batch` with its compiled step called as Keras calls its own (through
+         Keras's Python function): keras/own is what the batch values cost,
+         batch/keras what calling the step directly saves.
 
-The two take turns of `--block` calls, `--cycles` turns each. The first
+The functions take turns of `--block` calls, `--cycles` turns each. The first
 `--settle` calls of a turn are left out: after the other function ran, the
 first few calls of a function are slower, which in a `fit` only happens once.
 Reported: the median µs per call, and the ratio of the medians with a 95%
@@ -91,15 +95,25 @@ def main(argv: list[str] | None = None) -> int:
         for key in keys:
             logs[key]
 
-    functions: dict[str, Callable[[], None]] = {"own": own_step, "batch": batch_step}
+    direct = wrapped._direct  # type: ignore[attr-defined]
+
+    def keras_call_step() -> None:
+        wrapped._direct = None  # type: ignore[attr-defined]
+        try:
+            batch_step()
+        finally:
+            wrapped._direct = direct  # type: ignore[attr-defined]
+
+    functions: dict[str, Callable[[], None]] = {"own": own_step, "batch": batch_step, "keras": keras_call_step}
     for function in functions.values():
         for _ in range(50):
             function()
-    times = np.zeros((2, args.cycles, args.block))
+    n = len(functions)
+    times = np.zeros((n, args.cycles, args.block))
     clock = time.perf_counter
     for cycle in range(args.cycles):
-        for turn in range(2):
-            v = (turn + cycle) % 2
+        for turn in range(n):
+            v = (turn + cycle) % n
             function = list(functions.values())[v]
             for call in range(args.block):
                 t0 = clock()
@@ -110,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
     info = _common.machine_info()
     nodes = {"own": graph_nodes(own), "batch": graph_nodes(wrapped.compiled)}  # type: ignore[attr-defined]
+    nodes["keras"] = nodes["batch"]
     extra = nodes["batch"].copy()
     extra.subtract(nodes["own"])
     print(
@@ -123,10 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|")
     for v, name in enumerate(functions):
         print(f"| {name} | {np.median(kept[v]):.0f} | {kept[v].mean():.0f} | {sum(nodes[name].values())} |")
-    r, low, high = _common.ratio_of_medians(kept[1], kept[0], np.random.default_rng(0))
-    print("\n| ratio batch/own | of medians | 95% interval | of means |")
+    print("\n| ratio | of medians | 95% interval | of means |")
     print("|---|---:|---:|---:|")
-    print(f"| | {r:.3f} | {low:.3f} – {high:.3f} | {kept[1].mean() / kept[0].mean():.3f} |")
+    rng = np.random.default_rng(0)
+    for a, b in ((1, 0), (2, 0), (1, 2)):
+        r, low, high = _common.ratio_of_medians(kept[a], kept[b], rng)
+        names = list(functions)
+        print(f"| {names[a]}/{names[b]} | {r:.3f} | {low:.3f} – {high:.3f} | {kept[a].mean() / kept[b].mean():.3f} |")
     print(f"\nNodes the batch values add, by type: {dict(sorted((k, v) for k, v in extra.items() if v))}")
     return 0
 

@@ -80,6 +80,10 @@ PAIRS = (
     ("direct", "manual"),
     ("adapted", "direct"),
     ("manual", "bare"),
+    ("kerascall", "bare"),
+    ("kerascall", "manual"),
+    ("kerascall", "means"),
+    ("adapted", "kerascall"),
 )
 
 

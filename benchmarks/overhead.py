@@ -33,8 +33,15 @@ Variants (each trains the same-shaped MLP on the same synthetic data):
             every 100 steps: a real graph run on those steps, with the weights
             loaded from Keras first; on the other steps the hook asks for nothing.
   means     the adapted variant's hooks with `HookCallback(values="running_mean")`:
-            Keras's logs as reported, no batch values. adapted/means is what
-            computing each batch's own values costs (in the step and after it).
+            Keras's logs as reported, no batch values. Keras's own train
+            function runs, as in bare.
+  kerascall the adapted variant with the step `HookCallback` compiles called
+            through Keras's own Python function, as bare calls Keras's step.
+            adapted calls it directly (`hooks2callbacks._batch._direct_step`,
+            Keras 3 on TensorFlow), which costs less than Keras's own call:
+            kerascall/bare and kerascall/manual are the like-for-like cost of
+            the hooks, the adapter and the batch values, without that saving;
+            kerascall/means what the batch values cost.
 
 How a step is timed. Every Keras variant gets the same two extra callbacks: a
 start marker placed *first* in the callback list, which records
@@ -71,7 +78,7 @@ their callbacks differ. It is built, compiled and traced before the rounds (in
 the warm-up round, whose numbers are dropped); each variant reuses its
 callbacks and hooks in every round, and the global step keeps counting across
 fits, as it would across a user's fits. Rounds run the variants in a fixed order
-(bare manual adapted tf1 idle direct weights, then again), so slow drift of a shared machine
+(bare manual adapted tf1 idle direct weights means kerascall, then again), so slow drift of a shared machine
 hits all variants alike; the ratios are computed within each round and their
 median is reported, which cancels drift better than a ratio of medians.
 `gc.collect()` runs before each timed fit, outside the interval.
@@ -105,7 +112,7 @@ from tensorflow.python.platform import tf_logging  # noqa: E402
 from hooks2callbacks import HookCallback  # noqa: E402
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VARIANTS = ("bare", "manual", "adapted", "tf1", "idle", "direct", "weights", "means")
+VARIANTS = ("bare", "manual", "adapted", "tf1", "idle", "direct", "weights", "means", "kerascall")
 RATIOS = (
     ("adapted", "bare"),
     ("adapted", "manual"),
@@ -115,6 +122,9 @@ RATIOS = (
     ("tf1", "bare"),
     ("weights", "bare"),
     ("adapted", "means"),
+    ("kerascall", "bare"),
+    ("kerascall", "manual"),
+    ("kerascall", "means"),
 )
 
 
@@ -225,6 +235,29 @@ class DirectHooksCallback(keras.callbacks.Callback):
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         if self.direct.after_run(self.batch_values(batch, logs or {})):
             self.model.stop_training = True
+
+
+class KerasCall(keras.callbacks.Callback):
+    """After a `HookCallback`: has its compiled step called through Keras's own Python function."""
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        wrapped = self.model.train_function  # the function HookCallback put in place
+        self.wrapped, self.own = wrapped, wrapped.original
+        direct = wrapped._direct  # pylint: disable=protected-access
+
+        def function(iterator: Any) -> Any:
+            wrapped._direct = None
+            try:
+                return wrapped(iterator)
+            finally:
+                wrapped._direct = direct
+
+        self.function = self.model.train_function = function
+
+    def on_train_end(self, logs: Any = None) -> None:
+        # HookCallback's on_train_end, before this one, leaves a function not its own in place.
+        if self.model.train_function is self.function:
+            self.model.train_function = self.own
 
 
 class IdleHook(tf.compat.v1.train.SessionRunHook):
@@ -348,6 +381,12 @@ def build_variants(names: list[str], widths: tuple[int, ...], tmp: str) -> list[
         "idle": lambda: KerasVariant("idle", model, dataset, [HookCallback([IdleHook() for _ in range(10)])]),
         "direct": lambda: KerasVariant("direct", model, dataset, [DirectHooksCallback(os.path.join(tmp, "direct"))]),
         "weights": lambda: KerasVariant("weights", model, dataset, [HookCallback(WeightNormHook())]),
+        "kerascall": lambda: KerasVariant(
+            "kerascall",
+            model,
+            dataset,
+            [HookCallback(_common.stock_hooks(os.path.join(tmp, "kerascall"))), KerasCall()],
+        ),
         "means": lambda: KerasVariant(
             "means",
             model,

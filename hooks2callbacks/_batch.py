@@ -17,7 +17,10 @@ computed inside Keras's own compiled step instead:
                + {BATCH: pack(those scalars, the values)}    # one output
 
     function(*args):                     # what Keras's loop calls for the run
-        out = compiled(*args)            # built once by the model's make_*_function
+        out = compiled(*args)            # built once by the model's make_*_function;
+                                         # Keras 3 on TensorFlow, one step per
+                                         # execution: its compiled step called
+                                         # directly (see `_direct_step`)
         pop BATCH and bring it to numpy, once    # other callbacks never see it
         put Keras's scalars back into the logs as the Python floats that Keras's
             conversion (`pythonify_logs`) would make of them  (Keras 3, training)
@@ -388,6 +391,9 @@ class _Wrapped:
         self._model_ref = weakref.ref(model)
         self.original = getattr(model, self._function_name)
         self.compiled = self._build(model)
+        self._direct = None if self._jax or _is_tf_keras(model) else _direct_step(self.compiled)
+        self._iterator: Any = None  # the iterator that `_concrete` was made for
+        self._concrete: Any = None
 
     # -- building -------------------------------------------------------------
 
@@ -510,8 +516,20 @@ class _Wrapped:
         # Only float32 scalars: their Python float is what Keras's conversion makes.
         return len(getattr(value, "shape", (None,))) == 0 and keras.backend.standardize_dtype(value.dtype) == "float32"
 
+    def _run(self, args: tuple[Any, ...]) -> Any:
+        direct = self._direct
+        if direct is None or not self.info.runs or len(args) != 1 or not isinstance(args[0], _ITERATORS):
+            return self.compiled(*args)  # the first call traces the step (and makes its variables)
+        model = self._model_ref()
+        if model is None or model.steps_per_execution != 1:
+            return self.compiled(*args)
+        iterator = args[0]
+        if iterator is not self._iterator:  # once per epoch iterator: no retrace, a lookup
+            self._concrete, self._iterator = direct.get_concrete_function(iterator), iterator
+        return self._concrete(iterator)
+
     def __call__(self, *args: Any) -> Any:
-        out = self.compiled(*args)
+        out = self._run(args)
         logs = out[0] if self._jax else out
         packed = logs.pop(BATCH_KEY, None)
         info = self.info
@@ -532,18 +550,56 @@ class _Wrapped:
             current = getattr(model, self._function_name)
             self._patch_step(model)
             self._patch_metrics(model)
-            object.__setattr__(model, self._function_name, self)
             if self.mode == "eval" and _is_tf_keras(model):
                 _redirect_tf_keras_test_runner(current, self)
+        # Every run's, not only the first: one that began while the model had
+        # its own function back (set by other code) runs with the batch values too.
+        object.__setattr__(model, self._function_name, self)
         self.users += 1
 
     def detach(self, model: Any) -> None:
         """Ends a run; the last one gives the model back its own function."""
         self.users -= 1
         if self.users == 0:
+            self._iterator = self._concrete = None  # hold no data pipeline past the run
             self._patches.undo()
             if getattr(model, self._function_name, None) is self:
                 object.__setattr__(model, self._function_name, self.original)
+
+
+_ITERATORS = (tf.data.Iterator, tf.distribute.DistributedIterator)
+
+
+def _direct_step(function: Any) -> Any:
+    """The compiled step of Keras 3's TensorFlow `function`, without its Python around each call.
+
+    Keras's `function(iterator)` (`TensorFlowTrainer._make_function`) calls a
+    `tf.function` that returns the step's outputs in a `tf.experimental.Optional`,
+    then asks that eagerly for `has_value()` and `get_value()`; and the call
+    itself has TF work out the iterator's trace type every step. On the small
+    MLP of `benchmarks/` that is about a third of the step (`batch_values.py`).
+    With one step per execution the Optional always holds a value (an exhausted
+    iterator raises `OutOfRangeError` in the step, which Keras's loop catches),
+    so the value is taken inside the graph, and the function is called through
+    its concrete function for the iterator's type.
+
+    Returns:
+        A `tf.function` of the iterator that returns the step's outputs, or None
+        where `function` is not the one Keras 3's TensorFlow trainer makes: the
+        wrapped step is then called as Keras made it.
+    """
+    names = getattr(getattr(function, "__code__", None), "co_freevars", ())
+    cells = getattr(function, "__closure__", None) or ()
+    if "multi_step_on_iterator" not in names:
+        return None
+    multi = cells[names.index("multi_step_on_iterator")].cell_contents
+    if not isinstance(multi, tf.types.experimental.PolymorphicFunction):
+        return None  # run_eagerly: nothing compiled to call directly
+
+    def step(iterator: Any) -> Any:
+        return multi(iterator).get_value()
+
+    return tf.function(step, autograph=False)
 
 
 def _redirect_tf_keras_test_runner(function: Any, replacement: Any) -> None:

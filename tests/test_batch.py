@@ -260,6 +260,28 @@ def test_a_dataset_of_unknown_size_ends_each_epoch_as_without_hook_callback(K):
         np.testing.assert_array_equal(a, b)
 
 
+@needs_backend("tensorflow", reason="Keras 3's TensorFlow trainer only")
+def test_keras_3_tensorflow_calls_the_compiled_step_directly():
+    """Without Keras's eager Optional and per-call dispatch around it (see `_batch._direct_step`)."""
+
+    class Direct(T.SessionRunHook):
+        def __init__(self) -> None:
+            self.direct: list[bool] = []
+
+        def before_run(self, run_context: Any) -> Any:
+            return T.SessionRunArgs("loss")
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            self.direct.append(_cache[model]["train"]._concrete is not None)
+
+    model = make_model(keras)
+    hook = Direct()
+    model.fit(X, Y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[HookCallback(hook)])
+    # The first step traces through Keras's own function; every later one is direct.
+    assert hook.direct == [False] + [True] * 7
+    assert _cache[model]["train"]._concrete is None  # the run holds no iterator past its end
+
+
 def test_the_step_is_built_once_and_the_model_given_back_between_runs(K):
     def overrides(model: Any) -> list[tuple[int, str, Any]]:
         """The instance-level methods of the model and its metrics and containers."""
