@@ -166,6 +166,19 @@ class DirectHooks:
             hook.end(self.session)
 
 
+def add_variant_arguments(parser: Any, variants: tuple[str, ...], json_help: str) -> None:
+    """Adds the options `overhead.py` and `interleaved.py` share: --model, --variants and --json."""
+    parser.add_argument("--model", choices=sorted(MODELS), default="small")
+    parser.add_argument("--variants", default=",".join(variants), help="comma-separated subset, in this order")
+    parser.add_argument("--json", metavar="PATH", help=json_help)
+
+
+def variant_names(text: str, variants: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """The variants named in a --variants value, and those of them not in `variants`."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    return names, sorted(set(names) - set(variants))
+
+
 def machine_info() -> dict[str, Any]:
     """CPU, Python and library versions, the load average and the git state."""
     import keras

@@ -226,12 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block", type=int, default=40, help="consecutive steps per turn")
     parser.add_argument("--settle", type=int, default=10, help="steps at the start of each turn left out")
     parser.add_argument("--warmup", type=int, default=10, help="untimed turns per variant first")
-    parser.add_argument("--model", choices=sorted(_common.MODELS), default="small")
-    parser.add_argument("--variants", default=",".join(KERAS_VARIANTS), help="comma-separated subset of these")
-    parser.add_argument("--json", metavar="PATH", help="write the configuration, per-step times and summary here")
+    _common.add_variant_arguments(parser, KERAS_VARIANTS, "write the configuration, per-step times and summary here")
     args = parser.parse_args(argv)
-    names = [n.strip() for n in args.variants.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(KERAS_VARIANTS))
+    names, unknown = _common.variant_names(args.variants, KERAS_VARIANTS)
     if unknown or len(names) < 2 or args.cycles < 2 or args.warmup < 1 or not 0 <= args.settle < args.block:
         parser.error(f"bad --variants/--cycles/--block/--settle/--warmup (unknown or not Keras variants: {unknown})")
 

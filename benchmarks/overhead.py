@@ -479,12 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--steps", type=int, default=500, help="train steps per variant per round")
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds (after one warm-up round)")
-    parser.add_argument("--model", choices=sorted(_common.MODELS), default="small")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset, in run order")
-    parser.add_argument("--json", metavar="PATH", help="write the configuration, raw rounds and summary here")
+    _common.add_variant_arguments(parser, VARIANTS, "write the configuration, raw rounds and summary here")
     args = parser.parse_args(argv)
-    names = [n.strip() for n in args.variants.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(VARIANTS))
+    names, unknown = _common.variant_names(args.variants, VARIANTS)
     if unknown or not names or args.steps < 1 or args.rounds < 1:
         parser.error(f"bad --variants/--steps/--rounds (unknown variants: {unknown})")
 

@@ -52,7 +52,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import keras
 import tensorflow as tf
@@ -363,10 +363,10 @@ class _StepInfo:
         # (flattened, one after another) into one output.
         self.layout: tuple[Slot, ...] = ()
         self.underivable: dict[str, str] = {}  # key -> why it has none
-        # Keras's own float32 scalar logs travel packed first, in this order, in the
-        # same output; `order` gives back the logs' keys in Keras's order, each
-        # with its place in the packed output, or -1 for a log value left as it is.
-        self.folded: tuple[str, ...] = ()
+        # Keras's own float32 scalar logs travel packed first in the same output
+        # (Keras 3, training); `order` then gives back the logs' keys in Keras's
+        # order, each with its place in the packed output, or -1 for a log value
+        # left as it is. Empty when none travels so.
         self.order: tuple[tuple[str, int], ...] = ()
         self.runs = 0  # Python runs of the wrapped step: one per trace where Keras compiles
 
@@ -482,7 +482,7 @@ class _Wrapped:
         _recording.states, _recording.results = {}, {}
         logs = out[0] if self._jax else out
         if not isinstance(logs, dict):
-            info.layout, info.underivable, info.folded, info.order = (), {}, (), ()
+            info.layout, info.underivable, info.order = (), {}, ()
             return out
         derived: list[tuple[str, Any, tuple[int, ...]]] = []
         underivable: dict[str, str] = {}
@@ -499,15 +499,14 @@ class _Wrapped:
         # each log value, cost several µs a step per value: Keras's own scalar logs
         # travel in the batch values' output, to be converted with them, once.
         folded = [k for k, v in logs.items() if self._foldable(v)] if self._fold else []
-        info.folded = tuple(folded)
-        info.order = tuple((k, folded.index(k) if k in folded else -1) for k in logs)
+        info.order = tuple((k, folded.index(k) if k in folded else -1) for k in logs) if folded else ()
         info.layout = _layout([(key, shape) for key, _, shape in derived], start=len(folded))
         info.underivable = underivable
         if derived or folded:
             values = [logs[k] for k in folded]
             if derived:
                 values += self._flavour.batch_values([m for _, m, _ in derived], [states[m] for _, m, _ in derived])
-            logs = {k: v for k, v in logs.items() if k not in info.folded}
+            logs = {k: v for k, v in logs.items() if k not in folded}
             logs[BATCH_KEY] = self._flavour.pack(values)
         return (logs, *out[1:]) if self._jax else logs
 
@@ -517,23 +516,27 @@ class _Wrapped:
         return len(getattr(value, "shape", (None,))) == 0 and keras.backend.standardize_dtype(value.dtype) == "float32"
 
     def _run(self, args: tuple[Any, ...]) -> Any:
-        direct = self._direct
-        if direct is None or not self.info.runs or len(args) != 1 or not isinstance(args[0], _ITERATORS):
+        if self._direct is None or not self.info.runs or len(args) != 1:
             return self.compiled(*args)  # the first call traces the step (and makes its variables)
-        model = self._model_ref()
-        if model is None or model.steps_per_execution != 1:
-            return self.compiled(*args)
         iterator = args[0]
-        if iterator is not self._iterator:  # once per epoch iterator: no retrace, a lookup
-            self._concrete, self._iterator = direct.get_concrete_function(iterator), iterator
-        return self._concrete(iterator)
+        if iterator is not self._iterator:  # once per epoch iterator
+            self._iterator, self._concrete = iterator, self._concrete_for(iterator)
+        concrete = self._concrete
+        return self.compiled(*args) if concrete is None else concrete(iterator)
+
+    def _concrete_for(self, iterator: Any) -> Any:
+        """The direct step's concrete function for `iterator` (a lookup, no retrace), or None where it cannot serve."""
+        model = self._model_ref()
+        if model is None or model.steps_per_execution != 1 or not isinstance(iterator, _ITERATORS):
+            return None
+        return cast(Any, self._direct).get_concrete_function(iterator)
 
     def __call__(self, *args: Any) -> Any:
         out = self._run(args)
         logs = out[0] if self._jax else out
         packed = logs.pop(BATCH_KEY, None)
         info = self.info
-        if not info.folded:
+        if not info.order:
             self.latest = packed  # brought to numpy if a hook reads a value
             return out
         flat = _to_numpy(packed)
