@@ -120,13 +120,13 @@ class Rotator(keras.callbacks.Callback):
                 callback.set_params(params)
 
     def on_train_begin(self, logs: Any = None) -> None:
-        own = self.model.train_function
-        self.functions = []
+        # Each variant's train function is known after its first batch begin, where
+        # HookCallback's hooks begin (and attach the step that gives batch values).
+        self.own = self.model.train_function
+        self.functions = [None] * len(self.groups)
         for group in self.groups:
             for callback in group:
                 callback.on_train_begin(logs)
-            self.functions.append(self.model.train_function)
-            self.model.train_function = own
 
     def on_train_end(self, logs: Any = None) -> None:
         for group in reversed(self.groups):
@@ -136,9 +136,11 @@ class Rotator(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         self.t0 = time.perf_counter()
         self.current = v, _, _ = self.order[batch]
-        self.model.train_function = self.functions[v]
+        self.model.train_function = self.own if self.functions[v] is None else self.functions[v]
         for callback in self.groups[v]:  # a variant's callbacks see its own steps as batches 0, 1, ...
             callback.on_train_batch_begin(self.seen[v], logs)
+        if self.functions[v] is None:
+            self.functions[v] = self.model.train_function
         self.t1 = time.perf_counter()
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:

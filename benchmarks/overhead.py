@@ -45,18 +45,17 @@ Variants (each trains the same-shaped MLP on the same synthetic data):
 
 How a step is timed. Every Keras variant gets the same two extra callbacks: a
 start marker placed *first* in the callback list, which records
-`time.perf_counter()` at the first `on_train_batch_begin`, and a stop marker
+`time.perf_counter()` at each `on_train_batch_begin`/`end`, and a stop marker
 placed *last*, which records it at every `on_train_batch_end`. The time per step
-is (last batch end - first batch begin) / steps. That interval holds all
-`--steps` train steps and every callback's per-step work (the adapter's
-`before_run`/`after_run`, including its first-step fetch compilation), and it
-leaves out what `fit` does once per call: building the callback list, the data
-iterator, `on_train_begin` (where the adapter builds its graph and calls
-`begin()`), `on_train_end` (`end()`, closing, flushing writers) and the History
-bookkeeping.
+is (last batch end - first batch end) / (steps - 1): steps 2 to N, with every
+callback's per-step work (the adapter's `before_run`/`after_run`). It leaves out
+what `fit` does once per call: building the callback list, the data iterator,
+the first step (where the adapter builds its graph and calls the hooks'
+`begin()`, after every callback's `on_train_begin`, and Keras traces the step),
+`on_train_end` (`end()`, closing, flushing writers) and the History bookkeeping.
 
 Those once-per-fit costs are reported separately, as "setup" = (first batch
-begin - fit called) + (end of the last `on_train_end` - last batch end). What
+end - fit called) + (end of the last `on_train_end` - last batch end). What
 `fit` does after `on_train_end` is left out: on this machine the Keras/TF
 teardown at fit's return (the data iterator's destruction) sometimes stalls for
 seconds, in every variant alike, with or without hooks or prefetch.
@@ -169,6 +168,11 @@ class StopMarker(keras.callbacks.Callback):
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         self.t = now = time.perf_counter()
         self.in_callbacks += now - self.start.end
+        if self.n == 0:
+            # Timed from the end of the first step: HookCallback's hooks begin() at
+            # the first batch (after every callback's on_train_begin), Keras traces there.
+            self.first = now
+            self.in_callbacks = 0.0
         self.n += 1
 
     def on_train_end(self, logs: Any = None) -> None:
@@ -308,10 +312,12 @@ class KerasVariant:
         )
         if self.stop.n != steps or self.start.t is None or self.stop.t is None:
             raise RuntimeError(f"{self.name}: {self.stop.n} train steps ran, expected {steps}")
-        interval = self.stop.t - self.start.t
-        # fit's start to the first batch, plus the last batch to the end of on_train_end.
-        setup = (self.start.t - t0) + (self.stop.end_t - self.stop.t)
-        return interval, setup, self.stop.in_callbacks
+        # Steps 2..N, scaled to `steps` steps, so per-step figures divide by `steps` as before.
+        scale = steps / (steps - 1)
+        interval = (self.stop.t - self.stop.first) * scale
+        # fit's start to the end of the first step, plus the last batch to the end of on_train_end.
+        setup = (self.stop.first - t0) + (self.stop.end_t - self.stop.t)
+        return interval, setup, self.stop.in_callbacks * scale
 
     def close(self) -> None:
         pass

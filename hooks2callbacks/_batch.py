@@ -47,15 +47,24 @@ a `HookCallback`; outside one, the model is exactly as Keras made it.
 from __future__ import annotations
 
 import math
-import sys
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from types import FrameType
 from typing import Any, cast
 
 import keras
 import tensorflow as tf
+
+from hooks2callbacks._seams import (
+    jax_nested_tracer,
+    keras3_compile_metrics_leaves,
+    keras3_metric_containers,
+    keras3_multi_step,
+    tf_keras_loss_metric,
+    tf_keras_metric_containers,
+    tf_keras_test_runner,
+)
 
 # The log key that carries the batch values out of the step; no Keras metric is named so.
 BATCH_KEY = "__hooks2callbacks_batch_values__"
@@ -210,18 +219,10 @@ class _Keras3(_Flavour):
     converts_logs = True
 
     def leaves(self, model: Any) -> list[Any]:
-        from keras.src.trainers.compile_utils import CompileMetrics  # pylint: disable=import-outside-toplevel
-
-        found: list[Any] = []
-        for metric in model.metrics:
-            if isinstance(metric, CompileMetrics):
-                found += metric.metrics if metric.built else []
-            else:
-                found.append(metric)
-        return found
+        return keras3_compile_metrics_leaves(model)
 
     def containers(self, model: Any) -> list[Any]:
-        return [c for c in (getattr(model, "_compile_metrics", None), getattr(model, "_compile_loss", None)) if c]
+        return keras3_metric_containers(model)
 
     def watch(self, metric: Any, patches: _Patches) -> None:
         for variable in metric.variables:
@@ -251,9 +252,20 @@ class _Keras3(_Flavour):
             _recording.inside = True
             try:
                 batch = metric.stateless_update_state(metric.stateless_reset_state(), *args, **kwargs)
+                # Keras before 3.13 loses the static shape of confusion-matrix states
+                # (`variable + tp` under an unknown batch size), which `stateless_result` refuses.
+                batch = [keras.ops.reshape(b, v.shape) for b, v in zip(batch, metric.variables, strict=True)]
             finally:
                 _recording.inside = False
         previous = _recording.states.get(metric)
+        if isinstance(previous, str):
+            return result
+        if jax_nested_tracer(batch):
+            _recording.states[metric] = (
+                "updates it inside a transformation of the step (JAX's gradient, as Keras's "
+                "per-output loss trackers), whose values cannot be taken out of it"
+            )
+            return result
         _recording.states[metric] = batch if previous is None else [p + b for p, b in zip(previous, batch, strict=True)]
         return result
 
@@ -287,15 +299,20 @@ class _TfKeras(_Flavour):
 
     def leaves(self, model: Any) -> list[Any]:
         found = list(model.metrics)
-        loss_metric = getattr(getattr(model, "compiled_loss", None), "_total_loss_mean", None)
+        loss_metric = tf_keras_loss_metric(model)
         if loss_metric is not None and not any(m is loss_metric for m in found):
             found.append(loss_metric)
         return found
 
     def containers(self, model: Any) -> list[Any]:
-        return [c for c in (getattr(model, "compiled_metrics", None), getattr(model, "compiled_loss", None)) if c]
+        return tf_keras_metric_containers(model)
 
     def record_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        if not derivable(metric):
+            # Its own update_state need not add: a state zeroed and put back as saved +
+            # batch would change what it reports to Keras (a running maximum).
+            _recording.states[metric] = None
+            return original(*args, **kwargs)
         if metric in _recording.states:
             # A second update in one step: its batch state would not start at zero.
             _recording.states[metric] = "this step updated twice"
@@ -389,9 +406,15 @@ class _Wrapped:
         # (evaluate() may return the last step's logs to its caller as they are).
         self._fold = flavour.converts_logs and mode == "train"
         self._model_ref = weakref.ref(model)
+        self._tf_function_names: tuple[str, ...] = ()
+        if _is_tf_keras(model) and mode == "train":
+            self._tf_function_names = ("train_tf_function",)
+        self._tf_functions: dict[str, Any] = {}
+        self._own_tf_functions: dict[str, Any] = {}
         self.original = getattr(model, self._function_name)
         self.compiled = self._build(model)
         self._direct = None if self._jax or _is_tf_keras(model) else _direct_step(self.compiled)
+        self._warned_random = False
         self._iterator: Any = None  # the iterator that `_concrete` was made for
         self._concrete: Any = None
 
@@ -399,13 +422,14 @@ class _Wrapped:
 
     def _build(self, model: Any) -> Any:
         """Builds the compiled function with the model's own make_*_function."""
-        names = [self._function_name] + (["train_tf_function"] if _is_tf_keras(model) and self.mode == "train" else [])
-        names += ["test_tf_function"] if _is_tf_keras(model) and self.mode == "eval" else []
+        names = [self._function_name, *self._tf_function_names]
         saved = {name: model.__dict__.get(name, _ABSENT) for name in names}
         self._patch_step(model)
         try:
             make = model.make_train_function if self.mode == "train" else model.make_test_function
             make(force=True)
+            # tf_keras's TensorBoard reads the tf.function that ran (`train_tf_function`).
+            self._tf_functions = {name: getattr(model, name) for name in self._tf_function_names}
             return getattr(model, self._function_name)
         finally:
             for name, value in saved.items():
@@ -478,6 +502,8 @@ class _Wrapped:
             out = step(*args)
         finally:
             _recording.active = False
+        if not tf.executing_eagerly():
+            self._warn_stateful_random(tf.compat.v1.get_default_graph())
         states, results = _recording.states, _recording.results
         _recording.states, _recording.results = {}, {}
         logs = out[0] if self._jax else out
@@ -510,14 +536,39 @@ class _Wrapped:
             logs[BATCH_KEY] = self._flavour.pack(values)
         return (logs, *out[1:]) if self._jax else logs
 
+    def _warn_stateful_random(self, graph: Any) -> None:
+        """Warns once per step function about TF stateful random ops, which it cannot run as Keras's own did."""
+        found = [op.name for op in graph.get_operations() if op.type in _STATEFUL_RANDOM]
+        if not found or self._warned_random:
+            return
+        self._warned_random = True
+        listed = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        warnings.warn(
+            f"HookCallback: the {self._step_name} of this model uses TF's stateful random ops ({listed}). "
+            "Their state lives in the kernels of one compiled function, and HookCallback runs the step "
+            "in a function of its own to give hooks each batch's own values. A fit with HookCallback "
+            "draws what the same seeded fit without it draws, and its steps never repeat each other's "
+            "noise across HookCallback fits; but its function starts the streams anew, so it repeats "
+            "the noise of a fit of this model without HookCallback before it (and such a fit after "
+            "it repeats its noise), as a Keras recompile does. For noise that does not depend on the "
+            "function, draw it with keras.random and a keras.random.SeedGenerator (Keras 3's random "
+            "layers do), with TF's stateless random ops (tf.random.stateless_normal, ...), or with "
+            "tf.random.Generator (tf_keras: tf_keras.backend.experimental.enable_tf_random_generator()); "
+            "or pass HookCallback(..., values='running_mean'), which keeps Keras's own step.",
+            UserWarning,
+            stacklevel=2,
+        )
+
     @staticmethod
     def _foldable(value: Any) -> bool:
         # Only float32 scalars: their Python float is what Keras's conversion makes.
         return len(getattr(value, "shape", (None,))) == 0 and keras.backend.standardize_dtype(value.dtype) == "float32"
 
     def _run(self, args: tuple[Any, ...]) -> Any:
-        if self._direct is None or not self.info.runs or len(args) != 1:
-            return self.compiled(*args)  # the first call traces the step (and makes its variables)
+        if self._direct is None or len(args) != 1:
+            return self.compiled(*args)
+        # Every step of a run goes one way, the first too: a switch of functions
+        # mid-run would start TF's stateful random streams over.
         iterator = args[0]
         if iterator is not self._iterator:  # once per epoch iterator
             self._iterator, self._concrete = iterator, self._concrete_for(iterator)
@@ -528,6 +579,8 @@ class _Wrapped:
         """The direct step's concrete function for `iterator` (a lookup, no retrace), or None where it cannot serve."""
         model = self._model_ref()
         if model is None or model.steps_per_execution != 1 or not isinstance(iterator, _ITERATORS):
+            return None
+        if tf.config.functions_run_eagerly():  # honoured by Keras's own call only
             return None
         return cast(Any, self._direct).get_concrete_function(iterator)
 
@@ -554,10 +607,14 @@ class _Wrapped:
             self._patch_step(model)
             self._patch_metrics(model)
             if self.mode == "eval" and _is_tf_keras(model):
-                _redirect_tf_keras_test_runner(current, self)
+                tf_keras_test_runner(current, self)
         # Every run's, not only the first: one that began while the model had
         # its own function back (set by other code) runs with the batch values too.
+        if self.users == 0:
+            self._own_tf_functions = {name: model.__dict__.get(name, _ABSENT) for name in self._tf_functions}
         object.__setattr__(model, self._function_name, self)
+        for name, function in self._tf_functions.items():
+            object.__setattr__(model, name, function)
         self.users += 1
 
     def detach(self, model: Any) -> None:
@@ -568,9 +625,30 @@ class _Wrapped:
             self._patches.undo()
             if getattr(model, self._function_name, None) is self:
                 object.__setattr__(model, self._function_name, self.original)
+            for name, own in self._own_tf_functions.items():
+                if model.__dict__.get(name) is self._tf_functions[name]:
+                    if own is _ABSENT:
+                        model.__dict__.pop(name, None)
+                    else:
+                        object.__setattr__(model, name, own)
 
 
 _ITERATORS = (tf.data.Iterator, tf.distribute.DistributedIterator)
+# TF's random ops whose state is in their kernel (not in a variable, as tf.random.Generator's).
+_STATEFUL_RANDOM = frozenset(
+    {
+        "RandomStandardNormal",
+        "RandomUniform",
+        "RandomUniformInt",
+        "TruncatedNormal",
+        "ParameterizedTruncatedNormal",
+        "RandomShuffle",
+        "Multinomial",
+        "RandomGamma",
+        "RandomPoisson",
+        "RandomPoissonV2",
+    }
+)
 
 
 def _direct_step(function: Any) -> Any:
@@ -591,11 +669,7 @@ def _direct_step(function: Any) -> Any:
         where `function` is not the one Keras 3's TensorFlow trainer makes: the
         wrapped step is then called as Keras made it.
     """
-    names = getattr(getattr(function, "__code__", None), "co_freevars", ())
-    cells = getattr(function, "__closure__", None) or ()
-    if "multi_step_on_iterator" not in names:
-        return None
-    multi = cells[names.index("multi_step_on_iterator")].cell_contents
+    multi = keras3_multi_step(function)
     if not isinstance(multi, tf.types.experimental.PolymorphicFunction):
         return None  # run_eagerly: nothing compiled to call directly
 
@@ -603,30 +677,6 @@ def _direct_step(function: Any) -> Any:
         return multi(iterator).get_value()
 
     return tf.function(step, autograph=False)
-
-
-def _redirect_tf_keras_test_runner(function: Any, replacement: Any) -> None:
-    """Makes tf_keras's `evaluate` loop call `replacement`.
-
-    tf_keras's `evaluate` hands `model.test_function` to a runner object
-    (`test_function_runner`, a local of `evaluate`) before it calls
-    `on_test_begin`, so setting the attribute alone comes too late.
-
-    Raises:
-        RuntimeError: No such runner is on the stack (another tf_keras version).
-    """
-    frame: FrameType | None = sys._getframe(1)  # pylint: disable=protected-access
-    while frame is not None:
-        runner = frame.f_locals.get("test_function_runner")
-        if runner is not None and getattr(runner, "_function", None) is function:
-            runner._function = replacement  # pylint: disable=protected-access
-            return
-        frame = frame.f_back
-    raise RuntimeError(
-        "HookCallback(mode='eval') could not find the test function runner of this tf_keras "
-        "evaluate() call, so it cannot give hooks each batch's own values. Pass "
-        "HookCallback(..., values='running_mean') to give them tf_keras's running means."
-    )
 
 
 def _why_underivable(metric: Any, states: Mapping[Any, Any], value: Any) -> str | None:

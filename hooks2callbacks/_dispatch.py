@@ -11,22 +11,18 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from types import FrameType
 from typing import Any, cast
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.training.session_run_hook import (
-    SessionRunArgs,
-    SessionRunContext,
-    SessionRunHook,
-    SessionRunValues,
-)
 
 from hooks2callbacks import _runs
 from hooks2callbacks._batch import BatchSource
 from hooks2callbacks._fetch import Plan, check_feeds, compile_fetches
 from hooks2callbacks._graph import AdapterGraph, DefaultGraphScope, log_key_of
 from hooks2callbacks._model import ModelMirror
+from hooks2callbacks._seams import SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues
 from hooks2callbacks._session import NOTHING_RAN, AdapterSession
 from hooks2callbacks._translate import install_saver, refusal
 
@@ -256,6 +252,7 @@ class HookRunner:
             `after_create_session` and `end` run; None for none.
         outside_strategy_note: Noted on an exception from those methods when
             they run outside the model's strategy (across workers), saying why.
+        loop: The frame of the Keras loop of the run (see `_runs.loop_frame`).
 
     Attributes:
         graph: The adapter graph of this run.
@@ -276,8 +273,10 @@ class HookRunner:
         names: Mapping[str, Any] | None = None,
         strategy: tf.distribute.Strategy | None = None,
         outside_strategy_note: str | None = None,
+        loop: FrameType | None = None,
     ) -> None:
         self._sources = sources
+        self._loop = loop
         self._batch_mode = batch_values
         self._batch: BatchSource | None = None
         self.name = name
@@ -322,7 +321,7 @@ class HookRunner:
         Raises:
             ValueError: A hook is already in another run that is still going.
         """
-        _runs.enter(self)
+        _runs.enter(self, self._loop)
         with self._guard:
             install_saver(self.graph, self.model)
             for source in self._sources:
@@ -387,13 +386,15 @@ class HookRunner:
             scope.__exit__(None, None, None)
         self._derived = derived
 
-    def after_run(self, logs: Mapping[str, Any], steps: int) -> bool:
+    def after_run(self, logs: Mapping[str, Any], step: int | None = None) -> bool:
         """Finishes the step: one graph run if needed, then every `after_run`.
 
         Args:
             logs: The logs Keras reported for the step (as batch values where a
                 `BatchSource` gives them).
-            steps: How many optimizer steps the batch callback covered.
+            step: The global step after the batch callback, as read from the
+                optimizer (several steps per execution, gradient accumulation);
+                None for one step more.
 
         Returns:
             Whether a hook (or the coordinator) asked to stop.
@@ -404,11 +405,12 @@ class HookRunner:
             logs = batch.logs(logs)
         stale = self.step
         if self.advances:
-            self.step = stale + steps
+            self.step = stale + 1 if step is None else np.int64(step)
             # An execution of N steps counts as its last step, whose stale
             # value is one less than the new step: StopAtStepHook and the
             # step schedules then act at the first boundary reaching their step.
-            if steps != 1:
+            # A micro-batch that applied no update leaves the step as it was.
+            if self.step - stale > 1:
                 stale = self.step - 1
         self.logs = logs
         scope = self._step_scope
@@ -600,12 +602,17 @@ def _counts_calls(bound: _Bound) -> bool:
     return type(hook).__name__ not in _STEP_SCHEDULED
 
 
-def _warn_steps_per_execution(model: Any, bound: list[_Bound]) -> None:
-    """Warns when Keras calls the hooks once per N steps and some hook counts calls."""
+def steps_per_execution(model: Any) -> int:
+    """The steps Keras runs between two batch callbacks."""
     value: Any = getattr(model, "steps_per_execution", None)
     if hasattr(value, "numpy"):  # tf_keras: a (possibly mirrored) tf.Variable
         value = value.numpy()
-    per_execution = int(value or 1)
+    return int(value or 1)
+
+
+def _warn_steps_per_execution(model: Any, bound: list[_Bound]) -> None:
+    """Warns when Keras calls the hooks once per N steps and some hook counts calls."""
+    per_execution = steps_per_execution(model)
     counting = [type(b.hook).__name__ for b in bound if _counts_calls(b)]
     if per_execution > 1 and counting:
         warnings.warn(

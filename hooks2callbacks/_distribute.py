@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 import tensorflow as tf
-from tensorflow.python.distribute import distribute_lib
+
+from hooks2callbacks._seams import is_default_strategy
 
 
 def strategy_of(model: Any) -> tf.distribute.Strategy:
@@ -29,7 +30,7 @@ def strategy_of(model: Any) -> tf.distribute.Strategy:
 
 def is_default(strategy: tf.distribute.Strategy) -> bool:
     """Whether `strategy` is TF's default strategy (no tf.distribute at all)."""
-    return strategy is distribute_lib._get_default_strategy()  # pylint: disable=protected-access
+    return is_default_strategy(strategy)
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:

@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks._graph import AdapterGraph, log_key_of
-from hooks2callbacks._model import LEARNING_RATE, Entry, read_variable, writes_ref
+from hooks2callbacks._model import LEARNING_RATE, Entry, accumulation_steps, read_variable, writes_ref
 
 # resolve(logs, step, ran) -> results. `step` is a numpy int64, as TF1 returns the
 # int64 variable's value; `ran` maps derived elements to their values.
@@ -142,7 +142,9 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
     keys: list[str] = []  # every log key of the plan, for an error naming all missing ones
     names = graph.names
     mirror = graph.mirror
-    iterations = getattr(getattr(model, "optimizer", None), "iterations", None)
+    optimizer = getattr(model, "optimizer", None)
+    # With gradient accumulation `iterations` is computed at each read: no object to match.
+    iterations = getattr(optimizer, "iterations", None) if accumulation_steps(optimizer) == 1 else None
 
     def leaf(obj: Any) -> Resolver:
         if isinstance(obj, str):

@@ -51,9 +51,8 @@ from types import FrameType
 from typing import Any
 
 import tensorflow as tf
-from tensorflow.python.eager import context
-from tensorflow.python.framework import meta_graph, ops
-from tensorflow.python.training import training_util
+
+from hooks2callbacks._seams import context, meta_graph, ops, training_util
 
 # Names TF accepts for an op; anything else cannot be a graph lookup anyway.
 OP_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/>]*$")

@@ -42,11 +42,15 @@ from typing import Any
 import keras
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.eager import context
-from tensorflow.python.framework import ops, tensor_conversion_registry
-from tensorflow.python.ops import resource_variable_ops
 
 from hooks2callbacks._graph import Unsealed
+from hooks2callbacks._seams import (
+    context,
+    ops,
+    optimizer_micro_steps,
+    resource_variable_ops,
+    tensor_conversion_registry,
+)
 
 _KEYS = tf.compat.v1.GraphKeys
 LEARNING_RATE = "learning_rate"
@@ -142,13 +146,45 @@ class Entry:
         return f"<mirror of {self.name!r}>"
 
 
+def accumulation_steps(optimizer: Any) -> int:
+    """Micro-batches per applied update: Keras 3's `gradient_accumulation_steps`, else 1."""
+    return int(getattr(optimizer, "gradient_accumulation_steps", None) or 1)
+
+
+def step_source(optimizer: Any) -> Any:
+    """The variable that counts the optimizer's steps.
+
+    With gradient accumulation, Keras 3's `iterations` is computed anew at each
+    read (micro-batches // accumulation steps) from the micro-batch count.
+    """
+    if accumulation_steps(optimizer) > 1:
+        return optimizer_micro_steps(optimizer)
+    return optimizer.iterations
+
+
+def global_step_of(model: Any) -> int:
+    """The model's global step: its optimizer's applied updates (`iterations`), read eagerly."""
+    optimizer: Any = getattr(model, "optimizer", None)
+    if getattr(optimizer, "iterations", None) is None:
+        return 0
+    with context.eager_mode():
+        iterations = optimizer.iterations
+    if isinstance(iterations, keras.Variable):
+        iterations = iterations.value
+    if isinstance(iterations, tf.Variable):  # TF backend, tf_keras (also mirrored)
+        return int(iterations.numpy())
+    return int(keras.ops.convert_to_numpy(iterations))
+
+
 def has_weights(model: Any) -> bool:
     """Whether the model has made its weights (tf_keras makes those of a model given
     no input shape only in its first step, after `on_train_begin`)."""
     if getattr(model, "built", True):
         return True
     try:
-        return bool(model.weights)
+        # Trainable ones: a metric tracker the model holds (`self.loss_tracker = Mean()`)
+        # makes its variables at once, the layers' only in the first step.
+        return bool(model.trainable_weights)
     except ValueError:  # tf_keras's Sequential before it is built
         return False
 
@@ -245,7 +281,7 @@ class ModelMirror:
                     tf1_name(variable, prefix),
                 )
         if optimizer is not None:
-            for backing in _backing(optimizer.iterations):
+            for backing in _backing(step_source(optimizer)):
                 self._step_sources.add(id(backing))
             rate = self.rate = _rate_entry(optimizer, model)
             ordered.append(rate)

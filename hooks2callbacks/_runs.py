@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any, Protocol
 
-from tensorflow.python.summary.writer.writer_cache import FileWriterCache
+from hooks2callbacks._seams import FileWriterCache
 
 
 class Run(Protocol):
@@ -53,8 +53,8 @@ _open: dict[Run, _Record] = {}
 _owners: dict[int, Run] = {}  # id(hook) -> its run; the run holds the hook, so ids stay unique
 
 
-def _loop_frame() -> FrameType | None:
-    """The frame of the Keras loop (or user code) that called `on_*_begin`."""
+def loop_frame() -> FrameType | None:
+    """The frame of the Keras loop (or user code) that called `on_*_begin`; call it from there."""
     frame: FrameType | None = sys._getframe(1)  # pylint: disable=protected-access
     # Skip this package, then Keras's CallbackList.on_*_begin (or a callback
     # that forwards its events to ours).
@@ -74,9 +74,13 @@ def _stack_ids() -> set[int]:
     return ids
 
 
-def enter(run: Run) -> None:
-    """Registers `run` as open. Open runs of this thread whose Keras loop has ended are closed first."""
-    frame = _loop_frame()
+def enter(run: Run, frame: FrameType | None) -> None:
+    """Registers `run` as open. Open runs of this thread whose Keras loop has ended are closed first.
+
+    Args:
+        run: The run.
+        frame: Its Keras loop, as `loop_frame()` found it in `on_*_begin`.
+    """
     on_stack = _stack_ids()
     me = threading.get_ident()
     with _lock:

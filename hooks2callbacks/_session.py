@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.eager import context
 
 from hooks2callbacks._fetch import Plan, check_feeds, compile_fetches, log_value
-from hooks2callbacks._model import write_variable
+from hooks2callbacks._model import accumulation_steps, step_source, write_variable
+from hooks2callbacks._seams import context
 
 if TYPE_CHECKING:
     from hooks2callbacks._dispatch import HookRunner
@@ -154,7 +154,7 @@ class AdapterSession:
         if value != self._synced_step:
             optimizer = getattr(runner.model, "optimizer", None)
             if optimizer is not None:
-                write_variable(optimizer.iterations, value, runner.model)
+                write_variable(step_source(optimizer), value * accumulation_steps(optimizer), runner.model)
             runner.step = self._synced_step = value
 
     def _real_session(self) -> tf.compat.v1.Session:

@@ -16,10 +16,9 @@ import warnings
 from typing import Any
 
 import tensorflow as tf
-from tensorflow.python.eager import context
-from tensorflow.python.framework import ops
 
 from hooks2callbacks._model import has_weights, outside_strategy
+from hooks2callbacks._seams import context, ops
 
 # What a TF1 Scaffold's default saver keeps.
 MAX_TO_KEEP = 5

@@ -4,6 +4,11 @@ The mapping, for a callback of mode "train" (Keras events on the left; "eval"
 uses the `on_test_*` events, "predict" the `on_predict_*` events):
 
   on_train_begin:
+    check the call; nothing of the hooks runs yet
+  on_train_batch_begin, the run's first (or on_train_end of a run of no batch):
+    # after every callback's on_train_begin, so the hooks see the step that one
+    # restored there (BackupAndRestore), as TF1 hooks saw it restored from model_dir
+    global step = model.optimizer.iterations
     if values == "batch": model.train_function = the model's own step, which also
             returns each batch's own values (built once per model, see _batch)
     graph = a new adapter graph (global step, log-key tensors, a saver of the
@@ -61,23 +66,29 @@ closed (without `end()`) by `HookCallback.close()`, on leaving a `with
 HookCallback(...)` block, when the next run of any HookCallback begins in the
 thread, or at interpreter exit (see `hooks2callbacks._runs`).
 
-Under `steps_per_execution=N`, each batch callback covers N steps and counts
-as its last: the stale global step is the new step minus one.
+The global step counts the optimizer's applied updates. It is counted, one a
+batch, where a batch callback means one update; read from `optimizer.iterations`
+where it need not: under `steps_per_execution=N`, each batch callback covers up
+to N steps and counts as its last (the stale global step is the new step minus
+one); under gradient accumulation, a micro-batch that applied no update leaves
+the step, stale and new, as it was.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from types import FrameType
 from typing import Any, cast
 
 import keras
 import tensorflow as tf
-from tensorflow.python.eager import context
 
-from hooks2callbacks._dispatch import HookRunner, Hooks, as_hook_list, is_factory
+from hooks2callbacks import _runs
+from hooks2callbacks._dispatch import HookRunner, Hooks, as_hook_list, is_factory, steps_per_execution
 from hooks2callbacks._distribute import StopAgreement, is_chief, is_default, is_multi_worker, strategy_of
 from hooks2callbacks._graph import OP_NAME, log_key_of
-from hooks2callbacks._model import has_weights
+from hooks2callbacks._model import accumulation_steps, global_step_of, has_weights
+from hooks2callbacks._seams import context
 
 MODES = ("train", "eval", "predict")
 VALUES = ("batch", "running_mean")
@@ -159,16 +170,6 @@ def _build_optimizer(model: Any, strategy: tf.distribute.Strategy) -> None:
     # In the optimizer's name scope, as when Keras builds it in its first step.
     with context.eager_mode(), strategy.scope(), tf.name_scope(getattr(optimizer, "name", None) or "optimizer"):
         optimizer.build(model.trainable_variables)
-
-
-def _initial_step(model: Any) -> int:
-    optimizer = getattr(model, "optimizer", None)
-    iterations = getattr(optimizer, "iterations", None)
-    if iterations is None:
-        return 0
-    if isinstance(iterations, tf.Variable):  # TF backend, tf_keras (also mirrored)
-        return int(iterations.numpy())
-    return int(keras.ops.convert_to_numpy(iterations))
 
 
 class HookCallback(keras.callbacks.Callback):
@@ -277,10 +278,12 @@ class HookCallback(keras.callbacks.Callback):
         self.values = values
         self.is_chief = is_chief
         self._runner: HookRunner | None = None
+        self._pending: str | None = None  # the mode of a run whose hooks have not begun yet
+        self._loop: FrameType | None = None  # and its Keras loop (see `_runs`)
         self._agreement: StopAgreement | None = None
         self._stopped = False
         self._in_fit = False
-        self._first_batch = 0
+        self._reads_step = False
 
     def __repr__(self) -> str:
         text = f"HookCallback(mode={self.mode!r}, hooks={_describe(self.hooks)}"
@@ -316,6 +319,17 @@ class HookCallback(keras.callbacks.Callback):
                 "is None), so there is no global step for its hooks. Compile the model with "
                 "one: model.compile(optimizer=..., loss=...)."
             )
+        # The hooks begin at the run's first batch, after every callback's on_*_begin:
+        # as TF1 hooks saw the step restored from model_dir, they see the step that a
+        # callback such as BackupAndRestore restores there, wherever it is listed.
+        self._pending = mode
+        self._loop = _runs.loop_frame()
+        self._stopped = False
+
+    def _begin(self, mode: str) -> None:
+        self._pending = None
+        loop, self._loop = self._loop, None
+        model = self.model
         strategy = strategy_of(model)
         chief = is_chief(strategy) if self.is_chief is None else self.is_chief
         hooks = (self.hooks, self.chief_only_hooks) if chief else (self.hooks,)
@@ -325,7 +339,6 @@ class HookCallback(keras.callbacks.Callback):
                 self._agreement = StopAgreement(strategy)
         else:
             self._agreement = None
-        self._stopped = False
         if mode == "train":
             _build_optimizer(model, strategy)  # on every worker alike: its variables are collective
         # Across workers, the hooks' graph cannot run in the strategy: its session
@@ -333,20 +346,27 @@ class HookCallback(keras.callbacks.Callback):
         # on the cluster's devices.
         across_workers = is_multi_worker(strategy)
         batch = mode if self.values == "batch" and mode != "predict" else None
+        # Where a batch callback need not mean one update, the step is read from the optimizer.
+        self._reads_step = mode == "train" and (
+            steps_per_execution(model) != 1 or accumulation_steps(model.optimizer) != 1
+        )
         self._runner = HookRunner(
             hooks,
             model,
-            _initial_step(model),
+            global_step_of(model),
             advances=mode == "train",
             name=repr(self),
             batch_values=batch,
             names=self.names,
             strategy=None if is_default(strategy) or across_workers else strategy,
             outside_strategy_note=_ACROSS_WORKERS if across_workers else None,
+            loop=loop,
         )
         self._runner.begin()
 
     def _finish(self) -> None:
+        if self._pending is not None:  # a run of no batch: TF1 hooks began and ended all the same
+            self._begin(self._pending)
         runner, self._runner = self._runner, None
         if runner is not None:
             runner.end()
@@ -364,21 +384,29 @@ class HookCallback(keras.callbacks.Callback):
         too, and so does leaving `with HookCallback(...) as callback:`. Call it
         to release the session and flush writers right after a failed `fit`.
         """
+        self._pending = self._loop = None
         runner, self._runner = self._runner, None
         if runner is not None:
             runner.close()
 
     def _batch_begin(self, batch: int) -> None:
+        if self._pending is not None:
+            self._begin(self._pending)
         runner = self._runner
         if runner is not None and not self._stopped:
-            self._first_batch = batch
             runner.before_run()
 
     def _batch_end(self, batch: int, logs: Any, mode: str) -> None:
         runner = self._runner
         if runner is None or self._stopped:
             return
-        stop = runner.after_run(logs or {}, batch - self._first_batch + 1)
+        if mode == "predict" and logs:
+            # Keras before 3.12 hands callbacks the predicted batch as backend tensors
+            # (later Keras as numpy arrays, as a TF1 session.run returned them).
+            logs = tf.nest.map_structure(
+                lambda v: keras.ops.convert_to_numpy(v) if keras.ops.is_tensor(v) else v, dict(logs)
+            )
+        stop = runner.after_run(logs or {}, global_step_of(self.model) if self._reads_step else None)
         if self._agreement is not None:
             stop = self._agreement(stop)
         if stop:

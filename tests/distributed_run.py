@@ -7,6 +7,9 @@ the pytest process:
         2 logical CPUs, MirroredStrategy, with Keras 3 and with tf_keras.
     python distributed_run.py worker HOOK_DIR RESULT.json     (TF_CONFIG set)
         one worker of a MultiWorkerMirroredStrategy cluster, with tf_keras.
+    python distributed_run.py data_parallel RESULT.json
+        (KERAS_BACKEND=jax, XLA_FLAGS=--xla_force_host_platform_device_count=2)
+        Keras 3's keras.distribution.DataParallel on 2 JAX CPU devices, and on one.
 
 Each writes what its hooks saw as JSON to RESULT.json.
 """
@@ -24,6 +27,7 @@ import tensorflow as tf  # noqa: E402
 
 MIRRORED_STEPS = 15  # StopAtStepHook(last_step=...) within 2 epochs of 10 steps
 WORKER_STOP_STEP = 3  # the non-chief worker asks to stop after this (stale) step
+DATA_PARALLEL_STOP = 17  # StopAtStepHook(last_step=...) in the second of 3 epochs of 10 steps
 
 
 def mirrored(result_path: str) -> None:
@@ -220,6 +224,42 @@ def worker(hook_dir: str, result_path: str) -> None:
     )
 
 
+def data_parallel(result_path: str) -> None:
+    import jax
+    import keras
+    from support import make_data, make_model
+
+    from hooks2callbacks import HookCallback
+
+    T = tf.compat.v1.train
+
+    class Seen(T.SessionRunHook):
+        def __init__(self) -> None:
+            self.rows: list = []
+
+        def begin(self) -> None:
+            self.step = T.get_global_step()
+
+        def before_run(self, run_context):
+            return T.SessionRunArgs({"step": self.step, "loss": "loss", "accuracy": "accuracy"})
+
+        def after_run(self, run_context, run_values) -> None:
+            self.rows.append({key: float(value) for key, value in run_values.results.items()})
+
+    x, y = make_data()
+    results = {"devices": len(jax.devices())}
+    for name in ("one_device", "data_parallel"):
+        if name == "data_parallel":
+            keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices()))
+        model = make_model(keras)
+        seen = Seen()
+        stop = T.StopAtStepHook(last_step=DATA_PARALLEL_STOP)
+        model.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0, callbacks=[HookCallback([seen, stop])])
+        results[name] = {"rows": seen.rows, "iterations": int(model.optimizer.iterations)}
+        results[name]["sharded"] = len(model.trainable_variables[0].value.sharding.device_set)
+    write(result_path, results)
+
+
 def write(path: str, value) -> None:
     with open(path, "w") as file:
         json.dump(value, file)
@@ -231,5 +271,7 @@ if __name__ == "__main__":
         mirrored(sys.argv[2])
     elif sys.argv[1] == "worker":
         worker(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "data_parallel":
+        data_parallel(sys.argv[2])
     else:
         raise SystemExit(f"unknown run {sys.argv[1]!r}; expected 'mirrored' or 'worker'")

@@ -107,6 +107,21 @@ class FakeClock:
         self.now += seconds
 
 
+class BeforeStep(tf.compat.v1.train.SessionRunHook):
+    """Listed first among the hooks, calls `advance` before each step's other hooks: what `run_tf1`'s
+    `before_step` does before each `session.run`, after every hook's `begin`/`after_create_session`.
+
+    (A Keras callback listed before `HookCallback` would run before the hooks' `begin()`
+    too, which happens at the first batch.)
+    """
+
+    def __init__(self, advance: Callable[[], None]) -> None:
+        self.advance = advance
+
+    def before_run(self, run_context: Any) -> None:
+        self.advance()
+
+
 class ClockExhausted(RuntimeError):
     """Raised by FakeClock.sleep instead of hanging forever."""
 
@@ -233,6 +248,10 @@ def Recorder(
       under `HookCallback(values="batch")`. None with `reference=None`.
     """
     ref = None if reference is None else reference(K)  # made now: make_model seeds the RNGs
+    if ref is not None:
+        # Keras < 3.5's test_on_batch raises StopIteration on an unbuilt model's
+        # first call (its step traces twice when it creates variables): build it now.
+        ref.evaluate(x[:batch_size], y[:batch_size], batch_size=batch_size, verbose=0)
     train_logs: list[dict] = []
     test_logs: list[dict] = []
     train_batch: list[dict] = []
@@ -243,6 +262,7 @@ def Recorder(
         ref.set_weights(weights)
         part = slice(batch * batch_size, (batch + 1) * batch_size)
         w = None if sample_weight is None else sample_weight[part]
+        ref.reset_metrics()  # Keras < 3.15's test_on_batch does not reset them itself
         values = ref.test_on_batch(x[part], y[part], sample_weight=w, return_dict=True)
         # As Keras's logs: a float where the value is a scalar (F1Score's is per class).
         return {

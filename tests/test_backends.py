@@ -17,7 +17,14 @@ import sys
 import pytest
 
 TESTS = pathlib.Path(__file__).parent
-CONTRACT_SUITES = ("test_batch.py", "test_callback.py", "test_differential.py", "test_model.py", "test_stock_hooks.py")
+CONTRACT_SUITES = (
+    "test_batch.py",
+    "test_callback.py",
+    "test_differential.py",
+    "test_invariance.py",
+    "test_model.py",
+    "test_stock_hooks.py",
+)
 TIMEOUT_S = 900
 
 

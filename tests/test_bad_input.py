@@ -519,12 +519,13 @@ def test_the_table_has_at_least_25_cases():
 
 
 def test_a_failed_run_from_bad_input_leaves_the_hooks_usable():
-    # The conflict is found before any hook method runs, and the run is released.
+    # The conflict is found before the second callback calls any hook method, and the run is released.
     calls: list = []
     hook = RecordingHook("h", calls)
     with pytest.raises(ValueError, match="already running"):
         fit(HookCallback(hook), HookCallback(hook))
-    assert [c[1] for c in calls] == ["begin", "after_create_session"]  # only the first callback's run began
+    # Hooks begin at the first batch: the first callback's run began and called before_run.
+    assert [c[1] for c in calls] == ["begin", "after_create_session", "before_run"]
     calls.clear()
     fit(HookCallback(hook))
     assert [c[1] for c in calls][-1] == "end" and len([c for c in calls if c[1] == "after_run"]) == 3

@@ -178,3 +178,25 @@ def test_across_workers_an_error_in_begin_says_the_hooks_run_outside_the_strateg
     with pytest.raises(AssertionError) as info:
         runner.begin()
     assert info.value.__notes__ == ["Raised in NeedsCrossReplica.begin(), called by HookCallback.", "the note"]
+
+
+@pytest.mark.slow
+def test_keras_distribution_data_parallel_on_jax_gives_global_batch_values_and_the_same_stop(tmp_path):
+    """Keras 3's distribution API (JAX, 2 virtual CPU devices): hooks see what one device gives them."""
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("needs the 'jax' package: pip install '.[backends]' (CI does)")
+    result = tmp_path / "result.json"
+    process = start(
+        ["data_parallel", str(result)], KERAS_BACKEND="jax", XLA_FLAGS="--xla_force_host_platform_device_count=2"
+    )
+    (output,) = finish([process])
+    assert process.returncode == 0, output[-5000:]
+    run = json.loads(result.read_text())
+    one, both = run["one_device"], run["data_parallel"]
+    assert run["devices"] == 2 and both["sharded"] == 2 and one["sharded"] == 1
+    stop = distributed_run.DATA_PARALLEL_STOP
+    assert one["iterations"] == both["iterations"] == stop
+    assert [r["step"] for r in both["rows"]] == [r["step"] for r in one["rows"]] == list(range(stop))
+    # The global batch's own values: those of the same batch on one device, to float32 rounding.
+    for key in ("loss", "accuracy"):
+        assert [r[key] for r in both["rows"]] == pytest.approx([r[key] for r in one["rows"]], rel=1e-5, abs=1e-6)

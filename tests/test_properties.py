@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import Recorder, iterations, make_data, make_model, run_keras, run_tf1
+from support import BeforeStep, Recorder, iterations, make_data, make_model, run_keras, run_tf1
 
 from hooks2callbacks import HookCallback
 
@@ -307,9 +307,8 @@ def test_any_hook_list_is_called_as_monitored_session_calls_it(K, drawn):
         else:
             hooks = build_hooks(methods, stop, calls, counter, object)
             assert not any(isinstance(hook, tf.compat.v1.train.SessionRunHook) for hook in hooks)
-            # Runs before the HookCallback at each batch begin, as before_step before session.run.
-            step_counter = K.callbacks.LambdaCallback(on_train_batch_begin=counter.advance)
-            run_keras(K, hooks, MAX_STEPS, STEPS_PER_EPOCH, model=model_of(K), callbacks=[step_counter])
+            # Advances before the hooks' before_run of each step, as before_step before session.run.
+            run_keras(K, [BeforeStep(counter.advance), *hooks], MAX_STEPS, STEPS_PER_EPOCH, model=model_of(K))
         records[system] = calls
         steps[system] = counter.step
 

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from support import FakeClock, Tick, checkpoint_steps, iterations, make_data, make_model, read_scalars, run_tf1
+from support import BeforeStep, FakeClock, checkpoint_steps, iterations, make_data, make_model, read_scalars, run_tf1
 from tensorflow.python.training import basic_session_run_hooks, training_util
 
 from hooks2callbacks import HookCallback, restore_checkpoint
@@ -81,10 +81,9 @@ def run_both(tmp_path, max_steps=20, stop_at=None, clock=None, stop_after=lambda
             final_step = None
         else:
             model = make_model(K)
-            ticks = [Tick(K, clock, 3)] if clock else []
-            model.fit(
-                X, Y, batch_size=32, epochs=max_steps // 10, verbose=0, callbacks=[*ticks, HookCallback(make_hooks)]
-            )
+            ticks = [BeforeStep(lambda: setattr(clock, "now", clock.now + 3))] if clock else []
+            callback = HookCallback(lambda ticks=ticks, make_hooks=make_hooks: [*ticks, *make_hooks()])
+            model.fit(X, Y, batch_size=32, epochs=max_steps // 10, verbose=0, callbacks=[callback])
             final_step = iterations(model)
         seen[system] = {
             "listener": listener.calls,

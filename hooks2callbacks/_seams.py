@@ -1,0 +1,206 @@
+"""Every reliance on what Keras, tf_keras, TensorFlow and JAX do not publish, in one place.
+
+A new Keras can break only what is listed here. Each seam is one function (or,
+for TensorFlow's private modules, one import) that names the versions it was
+checked on and what happens when the internal is missing: a fallback, or a
+loud error. `tests/test_seams.py` exercises each on the versions CI runs: the
+newest and the floor of `setup.cfg` (`.ci/floor.txt`).
+
+Each seam, what it reaches, and what happens when that is missing:
+
+* `keras3_multi_step`: the closure of Keras 3's TF `train_function`. None, so
+  Keras's own call serves (speed only).
+* `keras3_metric_containers`: `model._compile_metrics` and `._compile_loss`.
+  Metrics built in the first step are not recorded: their keys are a BatchValueError.
+* `keras3_compile_metrics_leaves`: `CompileMetrics.metrics` and `.built`. ImportError.
+* `tf_keras_metric_containers`: `model.compiled_metrics` and `.compiled_loss`. As Keras 3's.
+* `tf_keras_loss_metric`: `compiled_loss._total_loss_mean`. RuntimeError, never a
+  running mean passed off as the batch's loss.
+* `tf_keras_test_runner`: the `test_function_runner` local of tf_keras's
+  `evaluate`. RuntimeError naming `values="running_mean"`.
+* `optimizer_micro_steps`: Keras 3's `optimizer._iterations` under gradient
+  accumulation. AttributeError.
+* `jax_nested_tracer`: the class name of JAX's `jit` tracer. Every traced value
+  counts as nested: a BatchValueError, never a wrong value.
+* `is_default_strategy`, and TensorFlow's private modules imported below (`context`,
+  `ops`, `meta_graph`, `training_util`, `tensor_conversion_registry`,
+  `resource_variable_ops`, `FileWriterCache`): ImportError at import.
+
+Also private, but of TF objects this package makes itself, used where they are:
+`ops._default_graph_stack` and `context.ContextSwitch` (`_graph.DefaultGraphScope`),
+`Graph._unsafe_unfinalize` (`_graph.Unsealed`), `ResourceVariable._ref()` (`_model`,
+`_graph`), and stack frames: the Keras loop of a run (`_runs.loop_frame`, Keras's
+`CallbackList` calls `on_*`), and TF's own collection reads (`_graph._called_by_hook_code`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+import keras
+
+# TensorFlow's private modules, imported here only (checked on TF 2.18.1 and 2.21.0).
+from tensorflow.python.distribute import distribute_lib
+from tensorflow.python.eager import context
+from tensorflow.python.framework import meta_graph, ops, tensor_conversion_registry
+from tensorflow.python.ops import resource_variable_ops
+from tensorflow.python.summary.writer.writer_cache import FileWriterCache
+from tensorflow.python.training import training_util
+
+# The hook contract's classes, public as tf.compat.v1.train.*; from their module, for their types.
+from tensorflow.python.training.session_run_hook import (
+    SessionRunArgs,
+    SessionRunContext,
+    SessionRunHook,
+    SessionRunValues,
+)
+
+__all__ = [
+    "FileWriterCache",
+    "SessionRunArgs",
+    "SessionRunContext",
+    "SessionRunHook",
+    "SessionRunValues",
+    "context",
+    "is_default_strategy",
+    "jax_nested_tracer",
+    "keras3_compile_metrics_leaves",
+    "keras3_metric_containers",
+    "keras3_multi_step",
+    "meta_graph",
+    "ops",
+    "optimizer_micro_steps",
+    "resource_variable_ops",
+    "tensor_conversion_registry",
+    "tf_keras_loss_metric",
+    "tf_keras_metric_containers",
+    "tf_keras_test_runner",
+    "training_util",
+]
+
+
+def keras3_multi_step(function: Any) -> Any:
+    """The compiled multi-step function inside Keras 3's TensorFlow `train_function`/`test_function`.
+
+    `TensorFlowTrainer._make_function` returns a Python function whose closure
+    holds `multi_step_on_iterator`, a `tf.function` returning the step's outputs
+    in a `tf.experimental.Optional`. Checked on Keras 3.8.0 and 3.15.1.
+
+    Returns:
+        That `tf.function`, or None where `function` has another shape (another
+        Keras, `run_eagerly`): the caller then calls `function` as Keras made it.
+    """
+    names = getattr(getattr(function, "__code__", None), "co_freevars", ())
+    cells = getattr(function, "__closure__", None) or ()
+    if "multi_step_on_iterator" not in names:
+        return None
+    return cells[names.index("multi_step_on_iterator")].cell_contents
+
+
+def keras3_metric_containers(model: Any) -> list[Any]:
+    """Keras 3's containers of compiled metrics and losses, which build their metrics lazily.
+
+    Checked on Keras 3.8.0 and 3.15.1. Missing: an empty list, so metrics built
+    in the first step are not recorded, and fetching their keys is a BatchValueError.
+    """
+    return [c for c in (getattr(model, "_compile_metrics", None), getattr(model, "_compile_loss", None)) if c]
+
+
+def keras3_compile_metrics_leaves(model: Any) -> list[Any]:
+    """The model's metrics, with Keras 3's `CompileMetrics` container opened into its metrics.
+
+    Checked on Keras 3.8.0 and 3.15.1; a Keras without the class fails at import, loudly.
+    """
+    from keras.src.trainers.compile_utils import CompileMetrics  # pylint: disable=import-outside-toplevel
+
+    found: list[Any] = []
+    for metric in model.metrics:
+        if isinstance(metric, CompileMetrics):
+            found += metric.metrics if metric.built else []
+        else:
+            found.append(metric)
+    return found
+
+
+def tf_keras_metric_containers(model: Any) -> list[Any]:
+    """tf_keras's `compiled_metrics` and `compiled_loss` (checked on tf_keras 2.18.0 and 2.21.0)."""
+    return [c for c in (getattr(model, "compiled_metrics", None), getattr(model, "compiled_loss", None)) if c]
+
+
+def tf_keras_loss_metric(model: Any) -> Any:
+    """The `Mean` behind tf_keras's `"loss"` log key, or None for a model compiled without a loss.
+
+    Checked on tf_keras 2.18.0 and 2.21.0.
+
+    Raises:
+        RuntimeError: The model has a compiled loss without this metric (another
+            tf_keras), where hooks would otherwise get the running mean as the
+            batch's loss.
+    """
+    compiled = getattr(model, "compiled_loss", None)
+    if compiled is None:
+        return None
+    if not hasattr(compiled, "_total_loss_mean"):
+        raise RuntimeError(
+            "HookCallback cannot find the loss metric of this tf_keras version "
+            "(compiled_loss._total_loss_mean), so it cannot give hooks each batch's own loss. Pass "
+            "HookCallback(..., values='running_mean') to give them tf_keras's running means."
+        )
+    return compiled._total_loss_mean  # pylint: disable=protected-access
+
+
+def tf_keras_test_runner(function: Any, replacement: Any) -> None:
+    """Makes tf_keras's `evaluate` loop call `replacement` in place of `function`.
+
+    tf_keras's `evaluate` hands `model.test_function` to a runner object
+    (`test_function_runner`, a local of `evaluate`) before it calls
+    `on_test_begin`, so setting the attribute alone comes too late. Checked on
+    tf_keras 2.18.0 and 2.21.0.
+
+    Raises:
+        RuntimeError: No such runner is on the stack (another tf_keras version).
+    """
+    frame: FrameType | None = sys._getframe(1)  # pylint: disable=protected-access
+    while frame is not None:
+        runner = frame.f_locals.get("test_function_runner")
+        if runner is not None and getattr(runner, "_function", None) is function:
+            runner._function = replacement  # pylint: disable=protected-access
+            return
+        frame = frame.f_back
+    raise RuntimeError(
+        "HookCallback(mode='eval') could not find the test function runner of this tf_keras "
+        "evaluate() call, so it cannot give hooks each batch's own values. Pass "
+        "HookCallback(..., values='running_mean') to give them tf_keras's running means."
+    )
+
+
+def optimizer_micro_steps(optimizer: Any) -> Any:
+    """Keras 3's count of micro-batches, of which `iterations` is `// gradient_accumulation_steps`.
+
+    Checked on Keras 3.8.0 and 3.15.1.
+    """
+    return optimizer._iterations  # pylint: disable=protected-access
+
+
+def jax_nested_tracer(values: Sequence[Any]) -> bool:
+    """Whether JAX `values` belong to a transformation nested in the step's trace (`jax.grad`'s).
+
+    Such tracers cannot leave that transformation: packed into the step's
+    output, they fail with `UnexpectedTracerError`. The step's own trace under
+    `jit` is a `DynamicJaxprTracer` (checked on JAX 0.10.2). A JAX that renames
+    it makes every traced value count as nested: keys lose their batch value
+    (a BatchValueError), never get a wrong one.
+    """
+    if keras.backend.backend() != "jax":
+        return False
+    import jax  # pylint: disable=import-outside-toplevel
+
+    return any(isinstance(v, jax.core.Tracer) and type(v).__name__ != "DynamicJaxprTracer" for v in values)
+
+
+def is_default_strategy(strategy: Any) -> bool:
+    """Whether `strategy` is TF's default (no) strategy. Checked on TF 2.18.1 and 2.21.0."""
+    return strategy is distribute_lib._get_default_strategy()  # pylint: disable=protected-access
