@@ -326,7 +326,8 @@ class HookCallback(keras.callbacks.Callback):
         self._loop = _runs.loop_frame()
         self._stopped = False
 
-    def _begin(self, mode: str) -> None:
+    def _begin(self, mode: str, steps: bool = True) -> None:
+        """Begins the hooks of the pending run; `steps=False` for a run of no batch (no step to wrap)."""
         self._pending = None
         loop, self._loop = self._loop, None
         model = self.model
@@ -345,7 +346,7 @@ class HookCallback(keras.callbacks.Callback):
         # is local to this worker, and the strategy's ops are collectives placed
         # on the cluster's devices.
         across_workers = is_multi_worker(strategy)
-        batch = mode if self.values == "batch" and mode != "predict" else None
+        batch = mode if self.values == "batch" and mode != "predict" and steps else None
         # Where a batch callback need not mean one update, the step is read from the optimizer.
         self._reads_step = mode == "train" and (
             steps_per_execution(model) != 1 or accumulation_steps(model.optimizer) != 1
@@ -366,7 +367,7 @@ class HookCallback(keras.callbacks.Callback):
 
     def _finish(self) -> None:
         if self._pending is not None:  # a run of no batch: TF1 hooks began and ended all the same
-            self._begin(self._pending)
+            self._begin(self._pending, steps=False)
         runner, self._runner = self._runner, None
         if runner is not None:
             runner.end()

@@ -321,3 +321,13 @@ def test_a_custom_hook_sees_the_adapter_graph_as_default_at_every_step(K):
     fit(make_model(K), [tf.compat.v1.train.NanTensorHook("loss"), hook])
     assert len(hook.graphs["begin"]) == 1
     assert hook.graphs["before_run"] == hook.graphs["after_run"] == hook.graphs["begin"]
+
+
+def test_a_run_of_no_batch_still_begins_and_ends_the_hooks(K):
+    # As a MonitoredSession opened and closed without a step: begin, after_create_session, end.
+    calls: list = []
+    model = make_model(K)
+    model.fit(
+        X, Y, batch_size=32, initial_epoch=2, epochs=2, verbose=0, callbacks=[HookCallback(RecordingHook("h", calls))]
+    )
+    assert [c[1] for c in calls] == ["begin", "after_create_session", "end"]
