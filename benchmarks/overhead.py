@@ -245,6 +245,13 @@ class KerasCall(keras.callbacks.Callback):
     """After a `HookCallback`: has its compiled step called through Keras's own Python function."""
 
     def on_train_begin(self, logs: Any = None) -> None:
+        self.function: Any = None
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if self.function is None:  # after HookCallback's first batch begin, where it attaches its step
+            self._wrap()
+
+    def _wrap(self) -> None:
         wrapped = self.model.train_function  # the function HookCallback put in place
         self.wrapped, self.own = wrapped, wrapped.original
         direct = wrapped._direct  # pylint: disable=protected-access
@@ -260,7 +267,7 @@ class KerasCall(keras.callbacks.Callback):
 
     def on_train_end(self, logs: Any = None) -> None:
         # HookCallback's on_train_end, before this one, leaves a function not its own in place.
-        if self.model.train_function is self.function:
+        if self.function is not None and self.model.train_function is self.function:
             self.model.train_function = self.own
 
 

@@ -53,6 +53,7 @@ class EpochStopMarker(StopMarker):
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         seconds, steps = self.in_callbacks - self._mark[0], self.n - self._mark[1]
+        steps -= 0 if self.epochs else 1  # the stop marker leaves the first step out (hooks begin there)
         self.epochs.append((seconds, steps))
         self._mark = (self.in_callbacks, self.n)
 
