@@ -139,7 +139,14 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help="CheckpointSaverHook's directory, kept afterwards (default: a temporary one, removed)",
     )
+    parser.add_argument("--version", action="version", version=f"hooks2callbacks {_version()}")
     return parser.parse_args(argv)
+
+
+def _version() -> str:
+    from hooks2callbacks import __version__  # pylint: disable=import-outside-toplevel
+
+    return __version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -284,6 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{restored_step}; its test predictions differ from the trained model's by at most {difference:g}",
         file=out,
     )
+    if args.checkpoint_dir is None:
+        print(
+            "  (the checkpoints were in a temporary folder, now removed; keep them with --checkpoint-dir DIR)", file=out
+        )
     print(f"  done in {time.perf_counter() - started:.1f} s", file=out)
     out.flush()
     return 0

@@ -77,6 +77,8 @@ _KERAS_MODULES = ("keras.", "tf_keras.")
 class BatchValueError(ValueError):
     """A hook fetched a log key whose per-batch value cannot be derived."""
 
+    __module__ = "hooks2callbacks"  # as tracebacks show it: the public name
+
 
 def _is_tf_keras(model: Any) -> bool:
     return type(model).__module__.startswith("tf_keras") or any(
@@ -538,8 +540,10 @@ class _Wrapped:
 
     def _warn_stateful_random(self, graph: Any) -> None:
         """Warns once per step function about TF stateful random ops, which it cannot run as Keras's own did."""
+        if self._warned_random:
+            return
         found = [op.name for op in graph.get_operations() if op.type in _STATEFUL_RANDOM]
-        if not found or self._warned_random:
+        if not found:
             return
         self._warned_random = True
         listed = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")

@@ -9,6 +9,7 @@ requests, and what is skipped on error. `hooks2callbacks.callback` decides
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import FrameType
@@ -201,6 +202,11 @@ def as_hook_list(hooks: Any, where: str = "HookCallback(hooks=...)") -> list[Any
         if reason is not None:
             raise TypeError(f"{where} got {reason}")
         return [hooks]
+    if isinstance(hooks, Mapping):
+        raise TypeError(
+            f"{where} got a dict ({type(hooks).__name__} with keys {list(hooks)[:5]!r}), whose items "
+            "would be its keys. Pass the hooks themselves: list(hooks.values())."
+        )
     if isinstance(hooks, (str, bytes, type)) or not isinstance(hooks, Iterable):
         raise TypeError(
             f"{where} takes a hook, a sequence of hooks or a zero-argument function returning "
@@ -361,6 +367,7 @@ class HookRunner:
                 self.close()
                 raise
         _warn_steps_per_execution(self.model, self._bound)  # outside the graph: reads a variable
+        _warn_silent_logging(self.hooks)
 
     def before_run(self) -> None:
         """Calls every `before_run` with the step's shared context and compiles its fetches."""
@@ -600,6 +607,29 @@ def _counts_calls(bound: _Bound) -> bool:
     if type(hook).__name__ == "LoggingTensorHook":
         return getattr(getattr(hook, "_timer", None), "_every_steps", None) is not None
     return type(hook).__name__ not in _STEP_SCHEDULED
+
+
+# The stock hooks whose output is lines of TF's logger at INFO.
+_LOGS_AT_INFO = (tf.compat.v1.train.LoggingTensorHook, tf.compat.v1.train.StepCounterHook)
+_warned_logging = False
+
+
+def _warn_silent_logging(hooks: Sequence[Any]) -> None:
+    """Says once per process that hooks which log at INFO print nothing at TF's default level (WARNING)."""
+    global _warned_logging  # pylint: disable=global-statement
+    if _warned_logging or tf.get_logger().getEffectiveLevel() <= logging.INFO:
+        return
+    logging_hooks = sorted({type(h).__name__ for h in hooks if isinstance(h, _LOGS_AT_INFO)})
+    if logging_hooks:
+        _warned_logging = True
+        warnings.warn(
+            f"HookCallback: {', '.join(logging_hooks)} log at INFO, and TF's logger is at "
+            f"{logging.getLevelName(tf.get_logger().getEffectiveLevel())}, so their lines are dropped. "
+            'Add tf.get_logger().setLevel("INFO") before fit (TF1 scripts called '
+            "tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)).",
+            UserWarning,
+            stacklevel=2,
+        )
 
 
 def steps_per_execution(model: Any) -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import difflib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -48,6 +49,8 @@ ACCEPTED = (
 
 class UnknownLogKeyError(ValueError):
     """A hook fetched Keras log keys that the step's logs do not contain (the message names them all)."""
+
+    __module__ = "hooks2callbacks"  # as tracebacks show it: the public name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +104,17 @@ def log_value(
             if len(missing) == 1
             else (f"the Keras log keys {', '.join(map(repr, missing))}")
         )
+        hints = ""
+        for k in missing:
+            close = difflib.get_close_matches(k, list(logs), n=1, cutoff=0.8)
+            entries = [n for n, t in (names or {}).items() if isinstance(t, str) and log_key_of(t) == k]
+            if entries:  # the key came from the names map: the entry is what to correct
+                hints += f" The names map sends {entries[0]!r} to {k!r}, which names no log key of this step"
+                hints += f" (did you mean {close[0]!r}?); correct that entry." if close else "; correct that entry."
+            elif close:
+                hints += f" Did you mean {close[0]!r} for {k!r}?"
         raise UnknownLogKeyError(
-            f"{where} fetched {what}, which this step's logs do not contain. Available log keys: "
+            f"{where} fetched {what}, which this step's logs do not contain.{hints} Available log keys: "
             f"{sorted(logs)}. Names map: {describe_names(names or {})}. Fetch one of those keys or "
             "the global step, or map each TF1 name to a log key or a Keras variable with "
             "HookCallback(names={'tf1_name': 'loss'})."

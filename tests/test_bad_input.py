@@ -7,6 +7,7 @@ that need a step run in a real `fit` of the small model.
 
 from __future__ import annotations
 
+import logging
 import re
 import warnings
 from collections.abc import Callable
@@ -187,7 +188,8 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         "hooks-a-dict",
         lambda: HookCallback({"log": OnlyAfterRun()}),
         TypeError,
-        r"HookCallback\(hooks=\.\.\.\): item 0 is 'log' of type str, which has none of the hook methods",
+        r"HookCallback\(hooks=\.\.\.\) got a dict \(dict with keys \['log'\]\), whose items would be its "
+        r"keys\. Pass the hooks themselves: list\(hooks\.values\(\)\)\.",
     ),
     (
         "no-hook-methods",
@@ -438,6 +440,20 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         r"HookCallback\(names=\{'tf1_name': 'loss'\}\)",
     ),
     (
+        "near-miss-log-key",
+        lambda: fit(Fetches("los")),
+        UnknownLogKeyError,
+        rf"fetched the Keras log key 'los', which this step's logs do not contain\. Did you mean 'loss' for "
+        rf"'los'\? {LOG_KEYS}",
+    ),
+    (
+        "typo-in-a-names-map-value",
+        lambda: fit(HookCallback(Fetches("xent"), names={"xent": "los"})),
+        UnknownLogKeyError,
+        r"The names map sends 'xent' to 'los', which names no log key of this step \(did you mean 'loss'\?\); "
+        r"correct that entry\.",
+    ),
+    (
         "unknown-name-with-a-names-map",
         lambda: fit(HookCallback(Fetches("l2_loss"), names={"cross_entropy": "loss"})),
         UnknownLogKeyError,
@@ -514,6 +530,11 @@ def test_bad_input_is_a_clear_error(case, action, error, message):
         assert any(note.startswith("Raised in ") for note in getattr(info.value, "__notes__", []))
 
 
+def test_the_public_errors_show_their_public_names_in_tracebacks():
+    assert f"{UnknownLogKeyError.__module__}.{UnknownLogKeyError.__name__}" == "hooks2callbacks.UnknownLogKeyError"
+    assert f"{BatchValueError.__module__}.{BatchValueError.__name__}" == "hooks2callbacks.BatchValueError"
+
+
 def test_the_table_has_at_least_25_cases():
     assert len(CASES) >= 25 and len({c[0] for c in CASES}) == len(CASES)
 
@@ -578,3 +599,25 @@ def test_reading_an_empty_collection_a_model_fn_filled_warns_naming_hook_collect
         "before making the hooks (tf.compat.v1.add_to_collection('predictions', "
         "hooks2callbacks.log_tensor('some_key'))), or change the hook to fetch log keys or variables."
     ]
+
+
+def test_hooks_that_log_at_info_under_a_warning_level_logger_say_so_once(monkeypatch):
+    from hooks2callbacks import _dispatch
+
+    monkeypatch.setattr(_dispatch, "_warned_logging", False)
+    logger = tf.get_logger()
+    monkeypatch.setattr(logger, "level", logging.WARNING)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            fit(T.LoggingTensorHook(["loss"], every_n_iter=1))
+    said = [w for w in caught if "log at INFO" in str(w.message)]
+    assert len(said) == 1
+    assert "LoggingTensorHook log at INFO, and TF's logger is at WARNING" in str(said[0].message)
+    assert 'tf.get_logger().setLevel("INFO")' in str(said[0].message)
+    monkeypatch.setattr(_dispatch, "_warned_logging", False)
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(T.LoggingTensorHook(["loss"], every_n_iter=1))
+    assert not [w for w in caught if "log at INFO" in str(w.message)]

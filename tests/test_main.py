@@ -26,6 +26,7 @@ def test_demo_stops_at_requested_step_and_shows_hook_output(capsys):
 
     out = capsys.readouterr().out
     assert "steps trained (model.optimizer.iterations): 20" in out
+    assert "temporary folder, now removed; keep them with --checkpoint-dir DIR" in out
     assert "stopped at step 20, epoch 1 batch 20/45: StopAtStepHook requested a stop (last_step=20)" in out
     assert "StepRecorderHook: 20 steps recorded" in out
     assert "at global step 0 ->" in out and "at global step 19 (" in out
@@ -84,3 +85,12 @@ def test_python_dash_m_runs_the_demo():
     assert "stopped at step 10" in result.stdout
     assert "StopAtStepHook requested a stop (last_step=10)" in result.stdout
     assert len(_hook_lines(result.stdout)) >= 2
+
+
+def test_version_prints_the_package_version(capsys):
+    from hooks2callbacks import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"hooks2callbacks {__version__}"
