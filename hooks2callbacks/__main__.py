@@ -7,7 +7,7 @@ logging hook. A `CheckpointSaverHook` saves the Keras model; the demo restores
 the newest checkpoint into a fresh model and compares their predictions. The
 hooks' log lines and a short summary go to stdout.
 
-Needs scikit-learn: `pip install "hooks2callbacks[demo]"`.
+Needs scikit-learn: `pip install scikit-learn` (in a checkout: `pip install ".[demo]"`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 _DEMO_EXTRA_HINT = (
     "The hooks2callbacks demo needs scikit-learn (for its bundled digits data set). "
-    'Install it with:  pip install "hooks2callbacks[demo]"'
+    'Install it with:  pip install scikit-learn  (or, in a checkout of hooks2callbacks:  pip install ".[demo]")'
 )
 
 

@@ -259,6 +259,7 @@ class HookRunner:
         outside_strategy_note: Noted on an exception from those methods when
             they run outside the model's strategy (across workers), saying why.
         loop: The frame of the Keras loop of the run (see `_runs.loop_frame`).
+        keep_checkpoint_max: How many checkpoints `CheckpointSaverHook` keeps (None: all).
 
     Attributes:
         graph: The adapter graph of this run.
@@ -280,8 +281,10 @@ class HookRunner:
         strategy: tf.distribute.Strategy | None = None,
         outside_strategy_note: str | None = None,
         loop: FrameType | None = None,
+        keep_checkpoint_max: int | None = 5,
     ) -> None:
         self._sources = sources
+        self._keep_checkpoint_max = keep_checkpoint_max
         self._loop = loop
         self._batch_mode = batch_values
         self._batch: BatchSource | None = None
@@ -329,7 +332,7 @@ class HookRunner:
         """
         _runs.enter(self, self._loop)
         with self._guard:
-            install_saver(self.graph, self.model)
+            install_saver(self.graph, self.model, self._keep_checkpoint_max)
             for source in self._sources:
                 if is_factory(source):
                     factory = cast(Callable[[], Any], source)

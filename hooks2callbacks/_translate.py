@@ -36,8 +36,9 @@ class KerasSaver:
 
     saver_def = None  # There is no graph saver to describe in a MetaGraphDef.
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, max_to_keep: int | None = MAX_TO_KEEP) -> None:
         self._model = model
+        self._max_to_keep = max_to_keep
         self._managers: dict[str, tf.train.CheckpointManager] = {}
 
     def save(
@@ -98,7 +99,7 @@ class KerasSaver:
             directory, name = os.path.split(save_path)
             with context.eager_mode():
                 manager = tf.train.CheckpointManager(
-                    _checkpoint(self._model), directory or ".", MAX_TO_KEEP, checkpoint_name=name
+                    _checkpoint(self._model), directory or ".", self._max_to_keep, checkpoint_name=name
                 )
             self._managers[save_path] = manager
         return manager
@@ -111,9 +112,9 @@ def _checkpoint(model: Any) -> tf.train.Checkpoint:
     return tf.train.Checkpoint(model=model, optimizer=optimizer)
 
 
-def install_saver(graph: tf.Graph, model: Any) -> None:
-    """Puts a `KerasSaver` for `model` in `graph`'s `SAVERS` collection."""
-    graph.add_to_collection(tf.compat.v1.GraphKeys.SAVERS, KerasSaver(model))
+def install_saver(graph: tf.Graph, model: Any, max_to_keep: int | None = MAX_TO_KEEP) -> None:
+    """Puts a `KerasSaver` for `model` in `graph`'s `SAVERS` collection, keeping the newest `max_to_keep`."""
+    graph.add_to_collection(tf.compat.v1.GraphKeys.SAVERS, KerasSaver(model, max_to_keep))
 
 
 def restore_checkpoint(model: Any, path: str) -> str:

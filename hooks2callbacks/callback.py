@@ -185,8 +185,9 @@ class HookCallback(keras.callbacks.Callback):
         tf.compat.v1.train.StopAtStepHook(last_step=500),
         tf.compat.v1.train.LoggingTensorHook(["loss", "accuracy"], every_n_iter=100),
     ]
-    writers = [MyEventWriterHook(model_dir)]  # files are written by the chief only
+    writers = [tf.compat.v1.train.CheckpointSaverHook(model_dir, save_steps=100)]  # the chief only
     model.fit(x, y, epochs=10, callbacks=[HookCallback(hooks, chief_only_hooks=writers)])
+    eval_hooks = [tf.compat.v1.train.LoggingTensorHook(["loss"], every_n_iter=10)]
     model.evaluate(x, y, callbacks=[HookCallback(eval_hooks, mode="eval")])
     ```
 
@@ -221,6 +222,10 @@ class HookCallback(keras.callbacks.Callback):
             (`model.optimizer.learning_rate`). A hook that fetches the TF1
             name, looks it up with `graph.get_tensor_by_name`, or builds ops on
             it then gets the log value or the variable. Defaults to none.
+        keep_checkpoint_max: How many of the newest checkpoints a
+            `CheckpointSaverHook` keeps, as Estimator's
+            `RunConfig(keep_checkpoint_max=...)`; None keeps all. Defaults to
+            5, what TF1's default saver kept.
 
     Raises:
         TypeError: `hooks` or `chief_only_hooks` is not a hook, a sequence of
@@ -228,7 +233,8 @@ class HookCallback(keras.callbacks.Callback):
             under Keras (`FeedFnHook`, `ProfilerHook`, a `CheckpointSaverHook`
             with its own saver); `is_chief` is not a bool or None; `names` is
             not a dict, or maps a name to something other than a str or a variable.
-        ValueError: `mode` or `values` is not one of its choices, a hook appears
+        ValueError: `mode` or `values` is not one of its choices,
+            `keep_checkpoint_max` is not a positive int or None, a hook appears
             twice, or a name of `names` is not a tensor name (or the names map
             in a circle).
     """
@@ -247,6 +253,7 @@ class HookCallback(keras.callbacks.Callback):
         is_chief: bool | None = None,
         values: str = "batch",
         names: Mapping[str, Any] | None = None,
+        keep_checkpoint_max: int | None = 5,
     ) -> None:
         super().__init__()
         if not isinstance(mode, str) or mode not in MODES:
@@ -274,6 +281,15 @@ class HookCallback(keras.callbacks.Callback):
                     "of the two."
                 )
         self.names = _names_argument(names)
+        if keep_checkpoint_max is not None and (
+            isinstance(keep_checkpoint_max, bool) or not isinstance(keep_checkpoint_max, int) or keep_checkpoint_max < 1
+        ):
+            raise ValueError(
+                f"HookCallback(keep_checkpoint_max=...) takes a positive int (how many of the newest "
+                f"checkpoints CheckpointSaverHook keeps, as Estimator's RunConfig(keep_checkpoint_max=...)) "
+                f"or None to keep all, got {keep_checkpoint_max!r}."
+            )
+        self.keep_checkpoint_max = keep_checkpoint_max
         self.mode = mode
         self.values = values
         self.is_chief = is_chief
@@ -362,6 +378,7 @@ class HookCallback(keras.callbacks.Callback):
             strategy=None if is_default(strategy) or across_workers else strategy,
             outside_strategy_note=_ACROSS_WORKERS if across_workers else None,
             loop=loop,
+            keep_checkpoint_max=self.keep_checkpoint_max,
         )
         self._runner.begin()
 

@@ -61,7 +61,7 @@ def test_missing_scikit_learn_exits_with_install_hint(monkeypatch, capsys):
     assert main([]) == 1
 
     err = capsys.readouterr().err
-    assert 'pip install "hooks2callbacks[demo]"' in err
+    assert "pip install scikit-learn" in err and 'pip install ".[demo]"' in err
 
 
 def test_rejects_non_positive_last_step(capsys):

@@ -282,3 +282,20 @@ def test_a_refused_hook_from_a_factory_is_refused_at_fit_naming_the_factory(tmp_
     model = make_model()
     with pytest.raises(TypeError, match=r"What the hooks factory .*make_hooks\(\) returned: item 0 is a ProfilerHook"):
         model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[HookCallback(make_hooks)])
+
+
+@pytest.mark.parametrize(
+    "keep, kept", [(2, [9, 10]), (None, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]), (5, [6, 7, 8, 9, 10])]
+)
+def test_keep_checkpoint_max_keeps_the_newest_checkpoints_as_estimator_did(tmp_path, keep, kept):
+    model = make_model(keras)
+    hook = T.CheckpointSaverHook(str(tmp_path), save_steps=1)
+    callback = HookCallback([hook]) if keep == 5 else HookCallback([hook], keep_checkpoint_max=keep)
+    model.fit(X, Y, batch_size=32, epochs=1, verbose=0, shuffle=False, callbacks=[callback])
+    assert checkpoint_steps(tmp_path) == kept
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "5"])
+def test_keep_checkpoint_max_must_be_a_positive_int_or_none(bad):
+    with pytest.raises(ValueError, match=r"keep_checkpoint_max=\.\.\.\) takes a positive int .* got"):
+        HookCallback([], keep_checkpoint_max=bad)
