@@ -11,8 +11,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
@@ -82,7 +85,7 @@ class KerasSaver:
             )
         # Hooks run with the adapter graph as default; object-based checkpoints
         # must be written eagerly, and outside the strategy the hooks' begin/end run in.
-        with context.eager_mode(), outside_strategy(ops.get_default_graph()):
+        with context.eager_mode(), outside_strategy(ops.get_default_graph()), _root_left_alone():
             manager = self._manager(save_path)
             try:
                 return manager.save(checkpoint_number=number, check_interval=False)
@@ -110,6 +113,28 @@ def _checkpoint(model: Any) -> tf.train.Checkpoint:
     if optimizer is None:
         return tf.train.Checkpoint(model=model)
     return tf.train.Checkpoint(model=model, optimizer=optimizer)
+
+
+@contextlib.contextmanager
+def _root_left_alone() -> Iterator[None]:
+    """Keeps absl from configuring the root logger while TF writes a checkpoint.
+
+    TF's checkpoint writer logs through `absl.logging`, whose first call runs
+    `logging.basicConfig()` when the root logger has no handler: every
+    `tensorflow` line then prints twice (TF's handler and the root's). A real
+    MonitoredSession's saver does not, so neither may this one. A handler that
+    drops records stands in for the save; absl's INFO line would not have
+    printed at the root's WARNING level anyway.
+    """
+    root = logging.getLogger()
+    stand_in = None if root.handlers else logging.NullHandler()
+    if stand_in is not None:
+        root.addHandler(stand_in)
+    try:
+        yield
+    finally:
+        if stand_in is not None:
+            root.removeHandler(stand_in)
 
 
 def install_saver(graph: tf.Graph, model: Any, max_to_keep: int | None = MAX_TO_KEEP) -> None:

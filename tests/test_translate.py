@@ -8,6 +8,9 @@ checkpoint steps, summary steps and values, step-counter steps) must match.
 from __future__ import annotations
 
 import os
+import pathlib
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -299,3 +302,35 @@ def test_keep_checkpoint_max_keeps_the_newest_checkpoints_as_estimator_did(tmp_p
 def test_keep_checkpoint_max_must_be_a_positive_int_or_none(bad):
     with pytest.raises(ValueError, match=r"keep_checkpoint_max=\.\.\.\) takes a positive int .* got"):
         HookCallback([], keep_checkpoint_max=bad)
+
+
+SCRIPT_LOGGING_AS_TF1 = """
+import numpy as np, tempfile, tensorflow as tf, keras
+from hooks2callbacks import HookCallback
+tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)  # as TF1 scripts did
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+model.compile("sgd", "mse")
+hooks = [
+    tf.compat.v1.train.CheckpointSaverHook(tempfile.mkdtemp(), save_steps=1),
+    tf.compat.v1.train.LoggingTensorHook(["loss"], every_n_iter=1),
+]
+model.fit(np.zeros((64, 4)), np.zeros((64, 2)), batch_size=32, epochs=1, verbose=0, callbacks=[HookCallback(hooks)])
+"""
+
+
+def test_with_tf1_style_logging_each_hook_line_prints_once_after_a_checkpoint():
+    """What the user's terminal shows: TF's checkpoint writer must not make absl configure the root logger."""
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT_LOGGING_AS_TF1],
+        cwd=pathlib.Path(__file__).parent.parent,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("INFO:tensorflow:")]
+    saves = [line for line in lines if "Saving checkpoints for" in line]
+    losses = [line for line in lines if "loss = " in line]
+    assert len(saves) == 3 and len(set(saves)) == 3, lines  # steps 0, 1, 2, each once
+    assert len(losses) == 2, lines
