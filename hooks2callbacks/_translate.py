@@ -164,14 +164,26 @@ def restore_checkpoint(model: Any, path: str) -> str:
 
     Raises:
         FileNotFoundError: `path` holds no checkpoint.
-        ValueError: `model` is not built, or its variables do not match the
-            checkpoint's.
+        ValueError: `path` is a name-based TF1 checkpoint (a `Saver`'s or an
+            Estimator's), `model` is not built, or its variables do not match
+            the checkpoint's.
     """
     prefix = tf.train.latest_checkpoint(path) if os.path.isdir(path) else path
     if prefix is None or not tf.io.gfile.exists(prefix + ".index"):
         raise FileNotFoundError(
             f"restore_checkpoint(model, {path!r}): no checkpoint there. Pass the directory a "
             "CheckpointSaverHook wrote to, or a prefix such as 'dir/model.ckpt-100'."
+        )
+    names = {name for name, _ in tf.train.list_variables(prefix)}
+    if "_CHECKPOINTABLE_OBJECT_GRAPH" not in names:
+        shown = sorted(names)[:5]
+        raise ValueError(
+            f"restore_checkpoint(model, {prefix!r}): this is a name-based TF1 checkpoint (a "
+            f"tf.compat.v1.train.Saver's or an Estimator's: variables {shown}"
+            f"{' ...' if len(names) > 5 else ''}), not one CheckpointSaverHook wrote through "
+            "HookCallback. Warm-start the model from it by name instead: a hook calling "
+            "tf.compat.v1.train.init_from_checkpoint in begin(), with an assignment_map where the "
+            "scopes differ (see the migrating page, 'Warm starts from TF1 checkpoints')."
         )
     if not getattr(model, "built", True):
         raise ValueError(

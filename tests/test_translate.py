@@ -235,6 +235,23 @@ def test_restore_checkpoint_errors_say_what_to_pass(tmp_path):
         restore_checkpoint(unbuilt, str(tmp_path))
 
 
+def test_restore_checkpoint_of_an_estimator_model_dir_is_a_short_error_naming_the_way_out(tmp_path):
+    # What an Estimator's model_dir holds: a name-based checkpoint of a TF1 Saver.
+    with tf.Graph().as_default():
+        tf.compat.v1.Variable(np.ones((8, 16), "float32"), name="dense/kernel")
+        tf.compat.v1.train.get_or_create_global_step()
+        saver = T.Saver()
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            saver.save(session, str(tmp_path / "model.ckpt"), global_step=7)
+    with pytest.raises(ValueError) as info:
+        restore_checkpoint(make_model(), str(tmp_path))
+    message = str(info.value)
+    assert "this is a name-based TF1 checkpoint" in message and "['dense/kernel', 'global_step']" in message
+    assert "tf.compat.v1.train.init_from_checkpoint" in message and "assignment_map" in message
+    assert len(message) < 700  # no dump of the variables' values
+
+
 # -- refused hooks ---------------------------------------------------------------
 
 
