@@ -1,4 +1,4 @@
-"""hooks2callbacks: run TF1 `SessionRunHook`s unchanged inside Keras training."""
+"""hooks2callbacks: run TF1 hooks (`SessionRunHook`) unchanged inside Keras training."""
 
 from hooks2callbacks._batch import BatchValueError
 from hooks2callbacks._fetch import UnknownLogKeyError

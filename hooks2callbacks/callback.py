@@ -1,4 +1,4 @@
-"""`HookCallback`: TF1 `SessionRunHook`s run inside Keras `fit`, `evaluate` and `predict`.
+"""`HookCallback`: TF1 hooks (`SessionRunHook`) run inside Keras `fit`, `evaluate` and `predict`.
 
 The mapping, for a callback of mode "train" (Keras events on the left; "eval"
 uses the `on_test_*` events, "predict" the `on_predict_*` events):
@@ -173,7 +173,7 @@ def _build_optimizer(model: Any, strategy: tf.distribute.Strategy) -> None:
 
 
 class HookCallback(keras.callbacks.Callback):
-    """Runs TF1 `SessionRunHook`s as a Keras callback.
+    """Runs TF1 hooks (`SessionRunHook`) as a Keras callback.
 
     The same class works with Keras 3 (any backend) and with tf_keras (Keras 2):
     pass it to either's `fit`, `evaluate` or `predict`.
