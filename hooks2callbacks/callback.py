@@ -43,8 +43,9 @@ The hooks of a run are `hooks`, then, on the chief only, `chief_only_hooks`
 
 What `results` holds, per hook:
   * the structure of its fetches, leaf by leaf: a log key gives, as a float,
-    that batch's own loss or metric value, as a TF1 tensor held it (with
-    values="running_mean": the running mean Keras reported), the global step
+    in train mode that batch's own loss or metric value, as a TF1 tensor held
+    it; in eval mode the evaluation's aggregate so far, as TF1's streaming eval
+    metrics held it (Keras's own logs; `values=` chooses either), the global step
     gives its *stale* value (from before this step's increment, as in TF1), a
     derived tensor gives the value the graph run computed for it, a model
     variable its value after the step's update;
@@ -209,11 +210,14 @@ class HookCallback(keras.callbacks.Callback):
             model's `tf.distribute` strategy (only a non-chief worker of
             `MultiWorkerMirroredStrategy` is not the chief). Set it when the
             workers are organised outside `tf.distribute` (JAX, PyTorch).
-        values: What a log key's value is for the hooks. `"batch"` (the
-            default): the loss and each metric's value on that batch alone, as
-            a TF1 tensor held it; Keras's step computes them alongside its own
-            logs. `"running_mean"`: the logs as Keras reports them, running
-            means since the epoch (or the evaluation) began. Other callbacks,
+        values: What a log key's value is for the hooks. `"batch"`: the loss
+            and each metric's value on that batch alone, as a TF1 tensor held
+            it; Keras's step computes them alongside its own logs.
+            `"running_mean"`: the logs as Keras reports them, aggregates since
+            the epoch (or the evaluation) began. Defaults to `None`: `"batch"`
+            in train and predict mode; `"running_mean"` in eval mode, where
+            they are what TF1's streaming eval metrics held, so a summary
+            written at `end()` equals `evaluate()`'s results. Other callbacks,
             the progress bar and `History` get Keras's own logs either way.
         names: TF1 names that Keras calls differently, for hooks that use them
             by name: a dict from a TF1 name (`"cross_entropy"` or
@@ -251,13 +255,16 @@ class HookCallback(keras.callbacks.Callback):
         mode: str = "train",
         chief_only_hooks: Any | Callable[[], Any] = (),
         is_chief: bool | None = None,
-        values: str = "batch",
+        values: str | None = None,
         names: Mapping[str, Any] | None = None,
         keep_checkpoint_max: int | None = 5,
     ) -> None:
         super().__init__()
         if not isinstance(mode, str) or mode not in MODES:
             raise ValueError(f"HookCallback(mode=...) must be one of {MODES}, got {mode!r}.")
+        if values is None:
+            # TF1's eval graph held streaming metrics, and Estimator reported their aggregates.
+            values = "running_mean" if mode == "eval" else "batch"
         if not isinstance(values, str) or values not in VALUES:
             raise ValueError(
                 f'HookCallback(values=...) must be one of {VALUES}, got {values!r}: "batch" gives '

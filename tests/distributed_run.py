@@ -70,10 +70,15 @@ def train_mirrored(K, strategy) -> dict:
         batch_size=32,
         verbose=0,
         return_dict=True,
-        callbacks=[HookCallback(final, mode="eval"), HookCallback(means, mode="eval", values="running_mean")],
+        callbacks=[
+            HookCallback(final, mode="eval", values="batch"),
+            HookCallback(means, mode="eval", values="running_mean"),
+        ],
     )
     single_final = tf.compat.v1.train.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
-    single_model.evaluate(x, y, batch_size=32, verbose=0, callbacks=[HookCallback(single_final, mode="eval")])
+    single_model.evaluate(
+        x, y, batch_size=32, verbose=0, callbacks=[HookCallback(single_final, mode="eval", values="batch")]
+    )
     return {
         **written_to_every_replica(K, strategy, x, y),
         **multi_worker_early_stopping(K, strategy, x, y),

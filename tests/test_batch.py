@@ -171,7 +171,7 @@ def test_evaluate_and_validation_passes_give_each_batch_own_values(K):
         verbose=0,
         shuffle=False,
         validation_data=(X, Y),
-        callbacks=[recorder, HookCallback(train), HookCallback(validation, mode="eval")],
+        callbacks=[recorder, HookCallback(train), HookCallback(validation, mode="eval", values="batch")],
     )
     assert len(validation.results) == len(recorder.test_batch) == 2 * 4
     for seen, own in zip(validation.results, recorder.test_batch, strict=True):
@@ -182,7 +182,12 @@ def test_evaluate_and_validation_passes_give_each_batch_own_values(K):
     evaluated = Seen(("loss", "accuracy"))
     recorder = Recorder(K, X, Y)
     results = model.evaluate(
-        X, Y, batch_size=BATCH, verbose=0, return_dict=True, callbacks=[recorder, HookCallback(evaluated, mode="eval")]
+        X,
+        Y,
+        batch_size=BATCH,
+        verbose=0,
+        return_dict=True,
+        callbacks=[recorder, HookCallback(evaluated, mode="eval", values="batch")],
     )
     for seen, own in zip(evaluated.results, recorder.test_batch, strict=True):
         assert seen == pytest.approx(own, rel=1e-6)
@@ -247,7 +252,7 @@ def test_a_dataset_of_unknown_size_ends_each_epoch_as_without_hook_callback(K):
         model = make_model(K)
         recorder = Recorder(K, X, Y, reference=None)
         seen = Seen(("loss", "accuracy"))
-        hooks = [HookCallback(seen), HookCallback(Seen(("loss",)), mode="eval")]
+        hooks = [HookCallback(seen), HookCallback(Seen(("loss",)), mode="eval", values="batch")]
         callbacks = [recorder] + (hooks if with_hooks else [])
         history = model.fit(dataset(), epochs=3, verbose=0, callbacks=callbacks, validation_data=dataset())
         return history.history, recorder.train_logs, model.get_weights(), seen.results
@@ -430,7 +435,7 @@ def test_a_metric_updated_twice_in_a_step_gives_the_mean_of_that_step_alone():
     model.compile()
     model(X[:1])
     hook = Seen(("errors",))
-    model.evaluate(X, Y, batch_size=BATCH, verbose=0, callbacks=[HookCallback(hook, mode="eval")])
+    model.evaluate(X, Y, batch_size=BATCH, verbose=0, callbacks=[HookCallback(hook, mode="eval", values="batch")])
     expected = []
     for start in range(0, len(X), BATCH):
         error = model.predict(X[start : start + BATCH], verbose=0)[:, 0] - Y[start : start + BATCH]

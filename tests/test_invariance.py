@@ -117,7 +117,11 @@ class Run:
     ) -> None:
         self.model = model = build(K)
         events = Events(K)
-        hooks = [HookCallback(Fetch(keys)), HookCallback(Fetch(("loss",)), mode="eval")] if with_hooks else []
+        hooks = (
+            [HookCallback(Fetch(keys)), HookCallback(Fetch(("loss",)), mode="eval", values="batch")]
+            if with_hooks
+            else []
+        )
         self.fetched = hooks
         callbacks = [*hooks, events, *extra()] if first else [events, *extra(), *hooks]
         self.history = fit(model, callbacks)

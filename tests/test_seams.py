@@ -102,6 +102,6 @@ def test_a_hook_callback_run_reaches_its_seams(K):
     model = make_model(K)
     final = T.FinalOpsHook("loss")
     model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[HookCallback(T.LoggingTensorHook(["loss"], 1))])
-    eval_hook = HookCallback(final, mode="eval")
+    eval_hook = HookCallback(final, mode="eval", values="batch")
     result = model.evaluate(X[:32], Y[:32], batch_size=32, verbose=0, return_dict=True, callbacks=[eval_hook])
     assert final.final_ops_values == pytest.approx(result["loss"], rel=1e-6)  # one batch: its own loss is the mean
