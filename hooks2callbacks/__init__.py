@@ -1,10 +1,18 @@
 """hooks2callbacks: run TF1 hooks (`SessionRunHook`) unchanged inside Keras training."""
 
 from hooks2callbacks._batch import BatchValueError
+from hooks2callbacks._checkpoint import TF1Restore, restore_checkpoint, restore_tf1_checkpoint
 from hooks2callbacks._fetch import UnknownLogKeyError
 from hooks2callbacks._graph import log_tensor
-from hooks2callbacks._translate import restore_checkpoint
 from hooks2callbacks.callback import HookCallback
 
-__all__ = ["BatchValueError", "HookCallback", "UnknownLogKeyError", "log_tensor", "restore_checkpoint"]
+__all__ = [
+    "BatchValueError",
+    "HookCallback",
+    "TF1Restore",
+    "UnknownLogKeyError",
+    "log_tensor",
+    "restore_checkpoint",
+    "restore_tf1_checkpoint",
+]
 __version__ = "0.1.0"

@@ -243,7 +243,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             verbose=0,
             callbacks=[HookCallback(train_hooks)],
         )
-        print("Evaluating on the test set, hooks: LoggingTensorHook (every 4 batches and at end)", file=out)
+        print(
+            "Evaluating on the test set, hooks: LoggingTensorHook (every 4 batches and at end; "
+            "the evaluation's aggregates so far, as TF1's streaming eval metrics)",
+            file=out,
+        )
         out.flush()
         scores = model.evaluate(
             x_test,
@@ -259,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     restored_path = restore_checkpoint(restored_model, checkpoint_dir)
     difference = float(abs(restored_model.predict(x_test, verbose=0) - model.predict(x_test, verbose=0)).max())
     restored_step = int(keras.ops.convert_to_numpy(restored_model.optimizer.iterations))
+    step_by_name = int(tf.train.load_variable(restored_path, "global_step"))  # as TF1 tools read it
     if scratch is not None:
         scratch.cleanup()
 
@@ -288,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  test loss {scores['loss']:.4f}, test accuracy {scores['accuracy']:.4f}", file=out)
     print(
         f"  CheckpointSaverHook: restored {restored_path.rsplit('/', 1)[-1]} into a fresh model at step "
-        f"{restored_step}; its test predictions differ from the trained model's by at most {difference:g}",
+        f"{restored_step}; its test predictions differ from the trained model's by at most {difference:g}; "
+        f'TF1 tools read it by name too: tf.train.load_variable(path, "global_step") = {step_by_name}',
         file=out,
     )
     if args.checkpoint_dir is None:

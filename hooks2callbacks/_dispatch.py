@@ -20,12 +20,13 @@ import tensorflow as tf
 
 from hooks2callbacks import _runs
 from hooks2callbacks._batch import BatchSource
+from hooks2callbacks._checkpoint import install_saver
 from hooks2callbacks._fetch import Plan, check_feeds, compile_fetches
 from hooks2callbacks._graph import AdapterGraph, DefaultGraphScope, log_key_of
-from hooks2callbacks._model import ModelMirror
+from hooks2callbacks._model import Entry, ModelMirror
 from hooks2callbacks._seams import SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues
 from hooks2callbacks._session import NOTHING_RAN, AdapterSession
-from hooks2callbacks._translate import install_saver, refusal
+from hooks2callbacks._translate import refusal
 
 HOOK_METHODS = ("begin", "after_create_session", "before_run", "after_run", "end")
 
@@ -316,6 +317,9 @@ class HookRunner:
         self._derived = False
         # The step's feeds of hooks' own placeholders (usually none).
         self._feeds: dict[Any, Any] | None = None
+        # Model variables hooks fed for the step (the learning rate), and, once set, the values to put back.
+        self._fed: dict[Entry, np.ndarray] = {}
+        self._kept: list[tuple[Entry, Any]] = []
         # Makes the adapter graph the default graph, and closes the run on error.
         self._guard = _Guard(self, strategy)
         # The graph scope of the per-step calls; None when no per-step hook needs it.
@@ -395,6 +399,8 @@ class HookRunner:
         if scope is not None:
             scope.__exit__(None, None, None)
         self._derived = derived
+        if self._fed:
+            self._set_fed()
 
     def after_run(self, logs: Mapping[str, Any], step: int | None = None) -> bool:
         """Finishes the step: one graph run if needed, then every `after_run`.
@@ -428,6 +434,8 @@ class HookRunner:
             scope.__enter__()
         try:
             ran = self._run_derived(logs, stale) if self._derived else NOTHING_RAN
+            if self._kept:
+                self._put_back()  # after the step's graph run, which saw the fed value too
             logs_values = None  # read-only, so one per step serves every hook
             try:
                 # TF1's run fetched these too, and failed on a bad fetch.
@@ -474,6 +482,7 @@ class HookRunner:
         self.closed = True
         self.coord.request_stop()
         try:
+            self._put_back()
             self.coord.join(stop_grace_period_secs=10, ignore_live_threads=True)
         finally:
             if self._batch is not None:
@@ -512,7 +521,9 @@ class HookRunner:
         if type(args) is not SessionRunArgs or args.feed_dict or args.options is not None:
             _check_args(bound.before_name, args)
             if args.feed_dict:
-                self._merge_feeds(check_feeds(args.feed_dict, self.graph, bound.before_name), bound)
+                feeds = check_feeds(args.feed_dict, self.graph, bound.before_name)
+                self._merge_feeds(feeds, bound)
+                self._take_variable_feeds(feeds, bound.before_name)
         cached = bound.cached
         if cached is not None and cached.fetches is args.fetches:
             return cached
@@ -530,6 +541,53 @@ class HookRunner:
                 "Same tensor is fed by two hooks; feed each placeholder from one hook."
             )
         self._feeds.update(feeds)
+
+    def _take_variable_feeds(self, feeds: Mapping[Any, Any], where: str) -> None:
+        """Keeps the feeds of model variables, which must reach Keras's step, not only the graph run.
+
+        A TF1 run computed from a fed variable value and left the variable as it
+        was. Keras's step reads the Keras variable, so a fed learning rate is
+        assigned before the step and the value before it put back after; other
+        model variables are refused, as the step itself updates them.
+
+        Raises:
+            ValueError: A feed of a variable the step updates, of a computed
+                learning rate, or of a value of the wrong shape.
+        """
+        mirror = self.graph.mirror
+        for tensor, value in feeds.items():
+            entry = mirror.entry_of_element(tensor) if mirror is not None else None
+            if entry is None:
+                continue
+            if entry is not mirror.rate:
+                raise ValueError(
+                    f"{where} feeds {entry.name + ':0'!r}, the TF1 variable of a Keras model's or "
+                    "optimizer's variable. TF1 computed that step from the fed value and updated the "
+                    "variable's own; Keras's step reads and updates one value, so the feed cannot be "
+                    "honoured. Assign the variable instead (an assign op run with session.run, or "
+                    "variable.load(value, session)), or feed a placeholder the hook built."
+                )
+            if entry.write is None:
+                raise ValueError(f"{where} feeds {entry.name + ':0'!r}, the learning rate: {entry.read_only}")
+            array = np.asarray(value, dtype=entry.dtype.as_numpy_dtype)
+            if array.shape != entry.shape:
+                raise ValueError(
+                    f"{where} feeds {entry.name + ':0'!r} a value of shape {array.shape}; it has shape {entry.shape}."
+                )
+            self._fed[entry] = array
+
+    def _set_fed(self) -> None:
+        """Before the step: assigns the fed values to their Keras variables, keeping the values they had."""
+        fed, self._fed = self._fed, {}
+        for entry, value in fed.items():
+            self._kept.append((entry, entry.read()))
+            cast(Callable[[Any], None], entry.write)(value)
+
+    def _put_back(self) -> None:
+        """After the step (or a run cut short): the fed variables get their own values back."""
+        kept, self._kept = self._kept, []
+        for entry, value in kept:
+            cast(Callable[[Any], None], entry.write)(value)
 
     def _run_derived(self, logs: Mapping[str, Any], stale: np.int64) -> Mapping[Any, Any]:
         """One real graph run for every hook's derived fetches, as TF1's merged run."""

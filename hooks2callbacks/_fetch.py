@@ -283,6 +283,12 @@ def check_feeds(feed_dict: Any, graph: AdapterGraph, where: str) -> dict[Any, An
                 "count (model.optimizer.iterations), and a feed would replace it. Feed only "
                 "placeholders the hook built itself in begin()."
             )
+        entry = graph.mirror.entry_of_element(tensor) if graph.mirror is not None else None
+        if entry is not None:
+            # Ops read a model variable through its ref or its value tensor (which
+            # the run may feed the Keras value): fed at both, the value reaches all.
+            feeds[entry.variable.value()] = value
+            tensor = graph.mirror.tensor(entry)
         feeds[tensor] = value
     return feeds
 

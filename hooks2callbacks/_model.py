@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import keras
 import numpy as np
@@ -54,6 +54,7 @@ from hooks2callbacks._seams import (
 
 _KEYS = tf.compat.v1.GraphKeys
 LEARNING_RATE = "learning_rate"
+GLOBAL_STEP = "global_step"
 # Characters TF refuses in op names, and what a name may start with.
 _REFUSED = re.compile(r"[^A-Za-z0-9_.\-/>]")
 _FIRST = re.compile(r"[A-Za-z0-9.]")
@@ -193,7 +194,7 @@ class ModelMirror:
     """The TF1 variables standing for a Keras model's and optimizer's variables in one adapter graph.
 
     Args:
-        graph: The adapter graph.
+        graph: The adapter graph, or None for the names alone (a checkpoint's).
         model: The Keras model.
         extra: Variables of the names map (`HookCallback(names=...)`), by TF1
             name; those that are not the model's or the optimizer's are mirrored too.
@@ -201,7 +202,7 @@ class ModelMirror:
             listed, as only a TF1 training graph had them.
     """
 
-    def __init__(self, graph: tf.Graph, model: Any, extra: Mapping[str, Any], train: bool) -> None:
+    def __init__(self, graph: tf.Graph | None, model: Any, extra: Mapping[str, Any], train: bool) -> None:
         _register_conversions()
         self._graph = graph
         self._model = model
@@ -283,19 +284,21 @@ class ModelMirror:
         if optimizer is not None:
             for backing in _backing(step_source(optimizer)):
                 self._step_sources.add(id(backing))
-            rate = self.rate = _rate_entry(optimizer, model)
+            rate = self.rate = _rate_entry(optimizer, model, self._train)
             ordered.append(rate)
             named.insert(0, (LEARNING_RATE, rate))
             for backing in _backing(rate.source) + _rate_backing(optimizer):
                 self._by_source.setdefault(id(backing), rate)
             if self._train:  # a TF1 eval graph had no optimizer slots
+                slots = slot_names(optimizer, model, prefix)
                 for variable in _optimizer_variables(optimizer):
                     if id(variable) not in self._by_source and id(variable) not in self._step_sources:
-                        add(variable, (_KEYS.GLOBAL_VARIABLES,), False, tf1_name(variable, prefix))
+                        name = slots.get(id(variable)) or tf1_name(variable, prefix)
+                        add(variable, (_KEYS.GLOBAL_VARIABLES,), False, name)
         for name, variable in self._extra.items():
             if id(variable) not in self._by_source and id(variable) not in self._step_sources:
                 add(variable, (), False, name)
-        used = {self._graph.global_step.op.name}
+        used = {GLOBAL_STEP}
         for name, entry in named:
             entry.name = _unique(name, used)
             self._by_name[entry.name] = entry
@@ -323,7 +326,7 @@ class ModelMirror:
                 "begin() on. Give the model an input shape (tf_keras.Input(shape=...) or input_shape= on "
                 "its first layer), or call model.build(input_shape) before fit()/evaluate()."
             )
-        graph = self._graph
+        graph = cast(tf.Graph, self._graph)
         self._building = True
         try:
             with Unsealed(graph), graph.as_default(), _bare(graph):
@@ -486,6 +489,121 @@ def _optimizer_variables(optimizer: Any) -> list[Any]:
     return list(variables() if callable(variables) else variables)
 
 
+# TF1's slot names (`<variable>/<name>`), by Keras optimizer and slot kind (Keras 3's
+# name, tf_keras's). SGD's momentum is left out: Keras keeps -lr * TF1's accumulator.
+_TF1_SLOTS: dict[str, dict[str, str]] = {
+    "Adam": {"momentum": "Adam", "m": "Adam", "velocity": "Adam_1", "v": "Adam_1"},
+    "Adagrad": {"accumulator": "Adagrad"},
+    "RMSprop": {"velocity": "RMSProp", "average_gradient": "RMSProp_1", "momentum": "RMSProp_1"},
+}
+
+
+# TF1's MomentumOptimizer kept an accumulator of gradients, `<variable>/Momentum`; Keras's SGD
+# keeps -lr times it. Checkpoints convert between the two, at the current (constant) rate.
+_TF1_MOMENTUM: dict[str, dict[str, str]] = {"SGD": {"momentum": "Momentum", "m": "Momentum"}}
+
+
+def slot_names(
+    optimizer: Any, model: Any, model_prefix: str = "", table: Mapping[str, Mapping[str, str]] = _TF1_SLOTS
+) -> dict[int, str]:
+    """TF1's names of the optimizer's slot variables (`dense/kernel/Adam_1`), by the slot's id.
+
+    TF1's Adam, Adagrad and RMSProp named a variable's slots `<variable>/<Optimizer>`,
+    `<variable>/<Optimizer>_1`, ...; those of Keras's Adam, Adagrad and RMSprop
+    hold the same values and get those names. Other optimizers' slots (and SGD's
+    momentum, kept in other units) keep their Keras names.
+
+    Slots are matched to their variables by the names Keras gives them:
+    `<path with _ for />_<kind>` (Keras 3), `[<Optimizer>/]<kind>/<variable name>` (tf_keras).
+    """
+    kind = type(optimizer).__name__  # exactly: a subclass may keep other slots
+    if kind not in table:
+        return {}
+    name_of = dict(table[kind])
+    if kind == "RMSprop" and getattr(optimizer, "centered", False):
+        name_of["momentum"] = "RMSProp_2"  # TF1 made "mg" before "momentum"
+    by_slot_name: dict[str, str] = {}
+    for variable in model.trainable_weights:
+        base = tf1_name(variable, model_prefix)
+        path = getattr(variable, "path", None)
+        for kind, suffix in name_of.items():
+            if isinstance(path, str):  # Keras 3
+                by_slot_name[f"{path.replace('/', '_')}_{kind}"] = f"{base}/{suffix}"
+            else:  # tf_keras: "Adam/m/dense/kernel:0"
+                shared = re.sub(r":\d+$", "", str(variable.name))
+                by_slot_name[f"{kind}/{shared}"] = f"{base}/{suffix}"
+    found: dict[int, str] = {}
+    for slot in _optimizer_variables(optimizer):
+        name = re.sub(r":\d+$", "", str(slot.name))
+        # tf_keras puts the optimizer's name in front when the slots are made in its name scope (in fit).
+        for key in (name, name.partition("/")[2]):
+            if key in by_slot_name:
+                found[id(slot)] = by_slot_name[key]
+                break
+    return found
+
+
+class Saved:
+    """A variable as a TF1 `Saver` of the training graph saved it: its TF1 name and value.
+
+    Attributes:
+        name: The name in a name-based checkpoint (`dense/kernel/Adam`).
+        entry: The mirror entry of the Keras variable.
+        scale: What the TF1 value is multiplied by to give the Keras one
+            (SGD's momentum: `-learning_rate`), or None for the same value.
+    """
+
+    __slots__ = ("name", "entry", "scale")
+
+    def __init__(self, name: str, entry: Entry, scale: float | None) -> None:
+        self.name, self.entry, self.scale = name, entry, scale
+
+    def read(self) -> Any:
+        """The value as TF1 kept it."""
+        value = self.entry.read()
+        return value if self.scale is None else (value / self.scale).astype(value.dtype)
+
+    def write(self, value: Any) -> None:
+        """Sets the Keras variable from the value as TF1 kept it."""
+        value = np.asarray(value)
+        cast(Callable[[Any], None], self.entry.write)(
+            value if self.scale is None else (value * self.scale).astype(value.dtype)
+        )
+
+
+def saved_variables(model: Any) -> tuple[list[Saved], list[str]]:
+    """What a TF1 `Saver` of the model's training graph saved: its global variables, by TF1 name.
+
+    The names are the mirror's (a training graph's); SGD's momentum is saved as
+    TF1's `<variable>/Momentum`, converted at the current rate.
+
+    Returns:
+        `(saved, left_out)`: the variables, and what has no TF1 counterpart and why.
+    """
+    mirror = ModelMirror(None, model, {}, train=True)
+    entries = [e for e in mirror.entries() if _KEYS.GLOBAL_VARIABLES in e.collections]
+    optimizer = getattr(model, "optimizer", None)
+    momentum = slot_names(optimizer, model, f"{getattr(model, 'name', '')}/", _TF1_MOMENTUM) if optimizer else {}
+    left_out: list[str] = []
+    rate = None
+    if momentum:
+        if mirror.rate is not None and mirror.rate.write is not None:
+            rate = float(mirror.rate.read())
+        else:
+            left_out.append(
+                "SGD's momentum slots: Keras keeps -learning_rate times TF1's accumulator, and the "
+                "rate is computed by a schedule, so there is no one rate to convert them at"
+            )
+    saved = []
+    for entry in entries:
+        name = momentum.get(id(entry.source))
+        if name is None:
+            saved.append(Saved(entry.name, entry, None))
+        elif rate:
+            saved.append(Saved(name, entry, -rate))
+    return saved, left_out
+
+
 def _reader(variable: Any, model: Any) -> Callable[[], Any]:
     return lambda: read_variable(variable, model)
 
@@ -502,13 +620,19 @@ _SCHEDULED = (
 )
 
 
-def _rate_entry(optimizer: Any, model: Any) -> Entry:
-    """The learning rate's entry: a variable, or a value a schedule computes (read-only)."""
+def _rate_entry(optimizer: Any, model: Any, train: bool) -> Entry:
+    """The learning rate's entry: a variable, or a value a schedule computes (read-only).
+
+    Only a training graph lists a rate variable in `GLOBAL_VARIABLES`: a TF1
+    eval graph had no optimizer, and a hook restoring all of its global
+    variables (moving averages for evaluation) must not look for one.
+    """
     raw = getattr(optimizer, "_learning_rate", None)
     if raw is None:  # tf_keras's legacy optimizers keep it as a hyperparameter
         raw = getattr(optimizer, "_hyper", {}).get(LEARNING_RATE)
     if isinstance(raw, (tf.Variable, keras.Variable)):
-        return Entry(raw, False, (_KEYS.GLOBAL_VARIABLES,), _reader(raw, model), _writer(raw, model))
+        collections = (_KEYS.GLOBAL_VARIABLES,) if train else ()
+        return Entry(raw, False, collections, _reader(raw, model), _writer(raw, model))
     if isinstance(optimizer, keras.optimizers.Optimizer):
 
         def computed() -> Any:

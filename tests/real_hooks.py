@@ -970,3 +970,179 @@ class _MultiWorkerEarlyStoppingHook(tf.compat.v1.train.SessionRunHook):
         run_context.session.run(
             self._stop_op, feed_dict={self._stop_placeholder: 0})
 # ============================================================================= end of copy
+
+
+from tensorflow.python.framework import ops  # noqa: E402
+from tensorflow.python.training import training  # noqa: E402
+from tensorflow.python.training import training_util  # noqa: E402
+
+
+# =============================================================================
+# tensorflow/estimator, tensorflow_estimator/python/estimator/estimator.py,
+# commit 01461af106487a3ad47af3db920494d146805763 (the helper the hook below calls).
+# =============================================================================
+def _load_global_step_from_checkpoint_dir(checkpoint_dir):
+  try:
+    checkpoint_reader = training.NewCheckpointReader(
+        training.latest_checkpoint(checkpoint_dir))
+    return checkpoint_reader.get_tensor(ops.GraphKeys.GLOBAL_STEP)
+  except:  # pylint: disable=bare-except
+    return 0
+# ============================================================================= end of copy
+
+# The hook calls the helper as `estimator_lib._load_global_step_from_checkpoint_dir`.
+estimator_lib = types.SimpleNamespace(_load_global_step_from_checkpoint_dir=_load_global_step_from_checkpoint_dir)
+
+
+# =============================================================================
+# tensorflow/estimator, tensorflow_estimator/python/estimator/hooks/hooks.py,
+# commit 1dad5fc985234f291aa065764d9fbcafbac1ac6b.
+# =============================================================================
+class _StopAtCheckpointStepHook(training.SessionRunHook):
+  """Hook that requests stop at a specified step based on checkpoint.
+
+  Note: We recommend using 'make_stop_at_checkpoint_step_hook` to get the proper
+  hook.
+  """
+
+  def __init__(self, model_dir, last_step,
+               wait_after_file_check_secs=30):
+    """Initializes a `StopAtCheckpointStepHook`.
+
+    This hook requests stop after a last step has been reached. It checks latest
+    checkpoint to verify last step is written on disk or not.
+
+    Args:
+      model_dir: Directory to read global step from latest checkpoint.
+      last_step: Step after which to stop.
+      wait_after_file_check_secs: Reading same file by many workers may create
+      I/O issues. To throttle that we will wait given secs after each read of
+      the file.
+
+    Raises:
+      ValueError: If one of the arguments is invalid.
+    """
+    if last_step is None:
+      raise ValueError('last_step must be specified.')
+    if model_dir is None:
+      raise ValueError('model_dir must be specified.')
+
+    self._model_dir = model_dir
+    self._last_step = last_step
+    self._wait_after_file_check_secs = wait_after_file_check_secs
+
+  def begin(self):
+    self._global_step_tensor = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
+    if self._global_step_tensor is None:
+      raise RuntimeError(
+          'Global step should be created to use StopAtCheckpointStepHook.')
+
+  def before_run(self, run_context):  # pylint: disable=unused-argument
+    return training.SessionRunArgs(self._global_step_tensor)
+
+  def after_run(self, run_context, run_values):
+    global_step = run_values.results + 1
+    if global_step >= self._last_step:
+      # Check latest global step in the checkpoint to ensure that the targeted
+      # last step is written on disk.
+
+      step = estimator_lib._load_global_step_from_checkpoint_dir(
+          self._model_dir)
+      if step >= self._last_step:
+        run_context.request_stop()
+      else:
+        time.sleep(self._wait_after_file_check_secs)
+# ============================================================================= end of copy
+
+from tensorflow.python.summary import summary  # noqa: E402
+from tensorflow.python.training import session_run_hook  # noqa: E402
+
+
+# =============================================================================
+# google-research/tf-slim, tf_slim/training/evaluation.py,
+# commit 1385820cc7e89f25eb1c41c688dc6a0aae91acfa.
+# =============================================================================
+class SummaryAtEndHook(session_run_hook.SessionRunHook):
+  """A run hook that saves a summary with the results of evaluation."""
+
+  def __init__(self,
+               log_dir=None,
+               summary_writer=None,
+               summary_op=None,
+               feed_dict=None):
+    """Constructs the Summary Hook.
+
+    Args:
+      log_dir: The directory where the summary events are saved to.  Used only
+        when `summary_writer` is not specified.
+      summary_writer: A `tf.compat.v1.summary.FileWriter` to write summary
+        events with.
+      summary_op: The summary op to run. If left as `None`, then all summaries
+        in the tf.GraphKeys.SUMMARIES collection are used.
+      feed_dict: An optional feed dictionary to use when evaluating the
+        summaries.
+
+    Raises:
+      ValueError: If both `log_dir` and `summary_writer` are `None`.
+    """
+    self._summary_op = summary_op
+    self._replace_summary_op = summary_op is None
+    self._feed_dict = feed_dict
+    self._summary_writer = summary_writer
+    self._log_dir = log_dir
+    if self._log_dir is None and self._summary_writer is None:
+      raise ValueError('One of log_dir or summary_writer should be used.')
+
+  def begin(self):
+    if self._replace_summary_op:
+      # This can still remain None if there are no summaries.
+      self._summary_op = summary.merge_all()
+    self._global_step = training_util.get_or_create_global_step()
+
+  def after_create_session(self, session, coord):
+    if self._summary_writer is None and self._log_dir:
+      self._summary_writer = summary.FileWriterCache.get(self._log_dir)
+
+  def end(self, session):
+    if self._summary_op is not None:
+      global_step = training_util.global_step(session, self._global_step)
+      summary_str = session.run(self._summary_op, self._feed_dict)
+      if self._summary_writer:
+        self._summary_writer.add_summary(summary_str, global_step)
+    if self._summary_writer:
+      self._summary_writer.flush()
+# ============================================================================= end of copy
+
+
+def learning_rate_setter_hook(model):
+  """The class as `train(hps)` below defines it, around `model` (a ResNet with `global_step`, `lrn_rate`).
+
+  Here `model` is the smallest stand-in: a namespace of the two graph elements by name.
+  """
+# =============================================================================
+# tensorflow/models, research/resnet/resnet_main.py,
+# commit 4f77686de8e255181260a9c5c99043051073abb2 (inside `train(hps)`).
+# =============================================================================
+  class _LearningRateSetterHook(tf.train.SessionRunHook):
+    """Sets learning_rate based on global step."""
+
+    def begin(self):
+      self._lrn_rate = 0.1
+
+    def before_run(self, run_context):
+      return tf.train.SessionRunArgs(
+          model.global_step,  # Asks for global step value.
+          feed_dict={model.lrn_rate: self._lrn_rate})  # Sets learning rate
+
+    def after_run(self, run_context, run_values):
+      train_step = run_values.results
+      if train_step < 40000:
+        self._lrn_rate = 0.1
+      elif train_step < 60000:
+        self._lrn_rate = 0.01
+      elif train_step < 80000:
+        self._lrn_rate = 0.001
+      else:
+        self._lrn_rate = 0.0001
+# ============================================================================= end of copy
+  return _LearningRateSetterHook()

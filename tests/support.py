@@ -122,6 +122,27 @@ class BeforeStep(tf.compat.v1.train.SessionRunHook):
         self.advance()
 
 
+class RecordingListener(tf.compat.v1.train.CheckpointSaverListener):
+    """Records the listener calls with their steps; `after_save` returns `stop_after(step)`."""
+
+    def __init__(self, stop_after=lambda step: False) -> None:
+        self.calls: list = []
+        self.stop_after = stop_after
+
+    def begin(self):
+        self.calls.append(("begin",))
+
+    def before_save(self, session, global_step_value):
+        self.calls.append(("before_save", int(global_step_value)))
+
+    def after_save(self, session, global_step_value):
+        self.calls.append(("after_save", int(global_step_value)))
+        return self.stop_after(int(global_step_value))
+
+    def end(self, session, global_step_value):
+        self.calls.append(("end", int(global_step_value)))
+
+
 class ClockExhausted(RuntimeError):
     """Raised by FakeClock.sleep instead of hanging forever."""
 
@@ -344,14 +365,20 @@ def weights_of(model: Any) -> list[np.ndarray]:
     return [np.asarray(keras.ops.convert_to_numpy(w)) for w in model.weights]
 
 
-def tf1_mlp(weights: Sequence[np.ndarray], learning_rate: float = 0.05, scopes: Sequence[str] = TF1_NAMES) -> Any:
+def tf1_mlp(
+    weights: Sequence[np.ndarray],
+    learning_rate: float = 0.05,
+    scopes: Sequence[str] = TF1_NAMES,
+    optimizer: Callable[[Any], Any] = tf.compat.v1.train.GradientDescentOptimizer,
+) -> Any:
     """Builds `make_model`'s MLP in the default graph as a TF1 model_fn did, and returns its train op.
 
     Non-resource variables from `tf.compat.v1.get_variable`, created in the
     order the adapter graph lists the Keras model's (global step, kernels and
     biases, learning rate), `weights` as initial values, the loss named
-    `loss`, plain gradient descent (Keras's SGD without momentum). Inputs are
-    the placeholders `x:0` and `y:0`.
+    `loss`, plain gradient descent (Keras's SGD without momentum) unless
+    `optimizer` (called with the rate variable) makes another TF1 optimizer.
+    Inputs are the placeholders `x:0` and `y:0`.
     """
     v1 = tf.compat.v1
     keys = v1.GraphKeys
@@ -380,7 +407,7 @@ def tf1_mlp(weights: Sequence[np.ndarray], learning_rate: float = 0.05, scopes: 
     # As in `run_tf1`: the step read that hooks use happens before the increment.
     read = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
     with tf.control_dependencies([read]):
-        return v1.train.GradientDescentOptimizer(rate).minimize(loss, global_step=step)
+        return optimizer(rate).minimize(loss, global_step=step)
 
 
 class FinalValues(tf.compat.v1.train.SessionRunHook):

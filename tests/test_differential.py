@@ -42,6 +42,7 @@ def test_stop_at_step_hook_stops_where_tf1_stops(K, kwargs):
 
 import logging  # noqa: E402
 import os  # noqa: E402
+import types  # noqa: E402
 
 import numpy as np  # noqa: E402
 import real_hooks  # noqa: E402
@@ -348,3 +349,18 @@ def test_variable_load_sets_the_keras_weight_as_under_tf1(K):
     tf1 = run_tf1_mlp([Load()], initial_weights(K), steps=6)
     model = fit_mlp(K, [Load()], steps=6)
     assert_same_weights(tf1, model)
+
+
+def test_the_resnet_learning_rate_setter_feeds_the_rate_for_each_step_as_under_tf1(K):
+    """tensorflow/models' ResNet `_LearningRateSetterHook` feeds the rate (0.1, where the model
+    was built with 0.05) in every step's SessionRunArgs. Under TF1 the step trains at the fed rate
+    and the variable keeps its own value; so does Keras's step here."""
+    resnet = types.SimpleNamespace(global_step="global_step:0", lrn_rate="learning_rate:0")
+    hooks = lambda: [real_hooks.learning_rate_setter_hook(resnet)]  # noqa: E731
+    tf1 = run_tf1_mlp(hooks, initial_weights(K), steps=6)
+    model = fit_mlp(K, hooks, steps=6)
+    assert_same_weights(tf1, model)
+    assert learning_rate_of(model) == pytest.approx(0.05) and tf1["learning_rate"] == pytest.approx(0.05)
+    # And the feed made the difference: at the model's own rate the weights end elsewhere.
+    unfed = fit_mlp(K, [], steps=6)
+    assert not np.allclose(weights_of(unfed)[0], weights_of(model)[0], atol=1e-4)

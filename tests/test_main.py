@@ -40,8 +40,14 @@ def test_demo_stops_at_requested_step_and_shows_hook_output(capsys):
     assert len(train_lines) == 4, out
     assert [re.search(r"step = (\d+)", line).group(1) for line in train_lines] == ["0", "5", "10", "15"]
     assert all("loss = " in line and "accuracy = " in line for line in train_lines)
-    # Eval: 12 batches, every 4 iterations (0, 4, 8) and at_end.
-    assert len(_hook_lines(evaluation)) == 4, out
+    # Eval: 12 batches, every 4 iterations (0, 4, 8) and at_end, which logs evaluate()'s results.
+    eval_lines = _hook_lines(evaluation)
+    assert len(eval_lines) == 4, out
+    final = dict(re.findall(r"(loss|accuracy) = ([\d.]+)", eval_lines[-1]))
+    scores = re.search(r"test loss ([\d.]+), test accuracy ([\d.]+)", out)
+    assert scores is not None
+    assert float(final["loss"]) == pytest.approx(float(scores.group(1)), abs=5e-5)
+    assert float(final["accuracy"]) == pytest.approx(float(scores.group(2)), abs=5e-5)
 
     # The demo restores the tensorflow logger it reconfigured.
     assert (logger.level, list(logger.handlers), logger.propagate) == before
@@ -49,7 +55,8 @@ def test_demo_stops_at_requested_step_and_shows_hook_output(capsys):
     assert "Saving checkpoints for 0 into" in training and "Saving checkpoints for 20 into" in training
     assert (
         "CheckpointSaverHook: restored model.ckpt-20 into a fresh model at step 20; its test "
-        "predictions differ from the trained model's by at most 0"
+        "predictions differ from the trained model's by at most 0; TF1 tools read it by name too: "
+        'tf.train.load_variable(path, "global_step") = 20'
     ) in out
 
 

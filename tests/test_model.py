@@ -78,7 +78,7 @@ def test_the_naming_rule_strips_the_model_name_and_what_tf_refuses(K):
     assert tf1_name(type("V", (), {"path": "_private/w"})()) == "v_private/w"
 
 
-def test_optimizer_slots_are_global_variables_named_by_their_keras_path(K):
+def test_optimizer_slots_are_global_variables_named_as_tf1_named_them(K):
     model = make_model(K, layer_names=TF1_NAMES)
     model.compile(optimizer=K.optimizers.Adam(0.01), loss=model.loss)
     seen = Seen()
@@ -86,9 +86,44 @@ def test_optimizer_slots_are_global_variables_named_by_their_keras_path(K):
     slots = [
         n for n in seen.global_names if n not in ("global_step:0", "learning_rate:0") and n not in seen.model_names
     ]
-    assert len(slots) == 8  # two per weight, built before begin() on every flavour
-    assert all(":0" in n and ("dense" in n) for n in slots), slots
+    # TF1's AdamOptimizer: `<variable>/Adam` (m) and `<variable>/Adam_1` (v); built before begin().
+    expected = {
+        f"{w}/{s}:0"
+        for w in ("dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias")
+        for s in ("Adam", "Adam_1")
+    }
+    assert set(slots) == expected
     assert not any("iteration" in n for n in seen.global_names)  # the step counter is the global step
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "slots"),
+    [
+        (lambda K: K.optimizers.Adagrad(0.01), ("Adagrad",)),
+        (lambda K: K.optimizers.RMSprop(0.01), ("RMSProp",)),
+        (lambda K: K.optimizers.RMSprop(0.01, momentum=0.5), ("RMSProp", "RMSProp_1")),
+        (lambda K: K.optimizers.RMSprop(0.01, momentum=0.5, centered=True), ("RMSProp", "RMSProp_1", "RMSProp_2")),
+    ],
+)
+def test_adagrad_and_rmsprop_slots_get_tf1_names_in_tf1_order(K, optimizer, slots):
+    model = make_model(K, layer_names=TF1_NAMES)
+    model.compile(optimizer=optimizer(K), loss=model.loss)
+    seen = Seen([f"dense/kernel/{s}:0" for s in slots])
+    fit(model, seen, steps=1)
+    names = set(seen.global_names) - set(seen.model_names) - {"global_step:0", "learning_rate:0"}
+    assert names == {
+        f"{w}/{s}:0" for w in ("dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias") for s in slots
+    }
+    # Each name holds the slot TF1 kept under it: rms, then (centered) the mean gradient "mg", then momentum.
+    kinds = {"Adagrad": "accumulator", "RMSProp": "velocity"}
+    kinds["RMSProp_1"], kinds["RMSProp_2"] = ("average_gradient", "momentum") if len(slots) == 3 else ("momentum", None)
+    for slot, value in zip(slots, seen.results[-1], strict=True):
+        (keras_slot,) = [
+            v
+            for v in model.optimizer.variables
+            if kinds[slot] in v.name and re.search(r"(^|[/_])dense[/_]kernel", v.name) and "dense_1" not in v.name
+        ]
+        np.testing.assert_array_equal(value, np.asarray(keras_slot))
 
 
 def test_a_run_whose_hooks_never_ask_builds_no_model_variable(K):
@@ -203,6 +238,71 @@ def test_assign_add_and_assign_sub_change_the_keras_variable(K):
     # The step's update ran first (at rate 0.05), then the writes.
     np.testing.assert_allclose(weights_of(model)[3], before + 1.0, atol=0.2)
     assert rate(model) == pytest.approx(0.04)
+
+
+class Feed(V1.train.SessionRunHook):
+    """Feeds `feeds` in every step's SessionRunArgs, fetching `fetches` (built in begin() if callable)."""
+
+    def __init__(self, feeds, fetches=None):
+        self.feeds, self.fetches, self.results = feeds, fetches, []
+
+    def begin(self):
+        if callable(self.fetches):
+            self.fetches = self.fetches()
+
+    def before_run(self, run_context):
+        return V1.train.SessionRunArgs(self.fetches, feed_dict=self.feeds)
+
+    def after_run(self, run_context, run_values):
+        self.results.append(run_values.results)
+
+
+def test_a_fed_learning_rate_trains_that_step_and_the_graph_run_sees_it_too(K):
+    fed = Feed({"learning_rate:0": 0.2}, fetches=lambda: by_name("learning_rate:0") * 10)
+    model = fit(make_model(K, layer_names=TF1_NAMES), [fed], steps=2)
+    reference = fit_in_order(make_model(K, layer_names=TF1_NAMES, learning_rate=0.2), [], steps=2)
+    for got, expected in zip(weights_of(model), weights_of(reference), strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert fed.results == pytest.approx([2.0, 2.0])
+    assert rate(model) == pytest.approx(0.05)  # the variable keeps its own value, as in TF1
+
+
+def test_session_run_feeds_of_the_learning_rate_reach_only_that_run(K):
+    seen = []
+
+    class Probe(V1.train.SessionRunHook):
+        def begin(self):
+            self.doubled = by_name("learning_rate:0") * 2
+
+        def after_run(self, run_context, run_values):
+            seen.append(run_context.session.run(self.doubled, feed_dict={"learning_rate:0": 1.5}))
+            seen.append(run_context.session.run(self.doubled))
+
+    model = fit(make_model(K, layer_names=TF1_NAMES), [Probe()], steps=1)
+    assert seen == pytest.approx([3.0, 0.1])
+    assert rate(model) == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize(
+    ("feeds", "message"),
+    [
+        (
+            {"dense/kernel:0": np.zeros((8, 16), "float32")},
+            r"feeds 'dense/kernel:0', the TF1 variable of a Keras model",
+        ),
+        ({"learning_rate:0": [0.1, 0.2]}, r"feeds 'learning_rate:0' a value of shape \(2,\); it has shape \(\)"),
+    ],
+)
+def test_feeds_that_cannot_reach_the_step_are_refused_naming_the_hook(K, feeds, message):
+    with pytest.raises(ValueError, match=message) as raised:
+        fit(make_model(K, layer_names=TF1_NAMES), [Feed(feeds)], steps=1)
+    assert "Feed.before_run()" in str(raised.value)
+
+
+def test_a_feed_of_a_scheduled_learning_rate_is_refused():
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5)
+    with pytest.raises(ValueError, match=r"feeds 'learning_rate:0', the learning rate: .*schedule"):
+        fit(make_model(learning_rate=schedule, layer_names=TF1_NAMES), [Feed({"learning_rate:0": 0.2})], steps=1)
 
 
 def test_a_write_to_the_global_step_moves_the_optimizer_step(K):

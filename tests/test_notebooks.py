@@ -38,12 +38,13 @@ def _check_hook_lines_apart_from_the_bar(notebook: Any, name: str) -> None:
     assert not glued, f"{name}: hook lines in Keras's stdout output: {glued[0][:300]!r}"
 
 
-def test_there_are_four_notebooks() -> None:
+def test_there_are_five_notebooks() -> None:
     assert [p.name for p in NOTEBOOKS] == [
         "01_quickstart.ipynb",
         "02_migrating_an_estimator_script.ipynb",
         "03_tensorboard_from_hooks.ipynb",
         "04_warm_start_from_a_tf1_checkpoint.ipynb",
+        "05_continue_an_estimator_run.ipynb",
     ]
 
 

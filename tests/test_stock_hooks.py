@@ -15,8 +15,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+import real_hooks
 import tensorflow as tf
 from support import (
+    TF1_NAMES,
     ClockExhausted,
     Recorder,
     Tick,
@@ -26,6 +28,8 @@ from support import (
     nan_sample_weight,
     needs_backend,
     read_scalars,
+    tf1_mlp,
+    weights_of,
 )
 
 from hooks2callbacks import HookCallback, log_tensor
@@ -270,14 +274,23 @@ def test_logging_tensor_hook_every_n_secs_follows_the_clock(K, hook_log, clock):
     assert clock.sleeps == []
 
 
-def test_logging_tensor_hook_in_eval_mode_logs_the_eval_values(K, hook_log):
+@pytest.mark.parametrize("values", [None, "batch"])
+def test_logging_tensor_hook_in_eval_mode_logs_the_eval_values(K, hook_log, values):
+    """By default an eval hook sees the evaluation's aggregates so far, as TF1's streaming
+    eval metrics held them: the line at end() is evaluate()'s result. values="batch" gives
+    each batch's own."""
     model = make_model(K)
     fit(K, model, T.StopAtStepHook(num_steps=3))  # change the weights a little first
     hook_log.clear()
     recorder = Recorder(K)
     hooks = [T.StopAtStepHook(num_steps=1), T.LoggingTensorHook(["loss", "accuracy"], every_n_iter=2, at_end=True)]
     results = model.evaluate(
-        X, Y, batch_size=BATCH, verbose=0, return_dict=True, callbacks=[recorder, HookCallback(hooks, mode="eval")]
+        X,
+        Y,
+        batch_size=BATCH,
+        verbose=0,
+        return_dict=True,
+        callbacks=[recorder, HookCallback(hooks, mode="eval", values=values)],
     )
     # StopAtStepHook is a training hook: evaluation does not advance the global step.
     assert len(recorder.test_logs) == STEPS_PER_EPOCH
@@ -285,8 +298,13 @@ def test_logging_tensor_hook_in_eval_mode_logs_the_eval_values(K, hook_log):
     messages = info_messages(hook_log)
     periodic = list(range(0, STEPS_PER_EPOCH, 2))
     assert len(messages) == len(periodic) + 1
-    assert [parse_stats(m) for m in messages[:-1]] == [batch_values(recorder.test_batch[i]) for i in periodic]
-    assert parse_stats(messages[-1]) == batch_values(recorder.test_batch[-1])
+    if values is None:
+        assert [parse_stats(m) for m in messages[:-1]] == [batch_values(recorder.test_logs[i]) for i in periodic]
+        assert parse_stats(messages[-1]) == batch_values(results)
+        assert recorder.test_batch[-1]["loss"] != pytest.approx(results["loss"])  # not the last batch's
+    else:
+        assert [parse_stats(m) for m in messages[:-1]] == [batch_values(recorder.test_batch[i]) for i in periodic]
+        assert parse_stats(messages[-1]) == batch_values(recorder.test_batch[-1])
     # Keras's own result is still its mean over the whole evaluation.
     assert picked(results) == picked(recorder.test_logs[-1])
 
@@ -297,8 +315,9 @@ def test_logging_tensor_hook_in_eval_mode_logs_each_validation_pass_of_fit(K, ho
     hook = T.LoggingTensorHook(["loss"], every_n_iter=2)
     recorder = fit(K, model, hook, epochs=2, mode="eval", validation_data=(X[:n_val], Y[:n_val]))
     assert len(recorder.test_logs) == 2 * 3
-    # Each pass is a run of its own: the local iteration count restarts at 0.
-    expected = [recorder.test_batch[p * 3 + i]["loss"] for p in range(2) for i in (0, 2)]
+    # Each pass is a run of its own: the local iteration count restarts at 0. In eval
+    # mode the loss is the pass's aggregate so far, as Keras logs it.
+    expected = [recorder.test_logs[p * 3 + i]["loss"] for p in range(2) for i in (0, 2)]
     assert [parse_stats(m)["loss"] for m in info_messages(hook_log)] == pytest.approx(expected, rel=1e-6)
 
 
@@ -385,25 +404,23 @@ def test_final_ops_hook_evaluates_a_tensor_derived_from_a_log_tensor(K):
     assert values["doubled"] == values["loss"] * np.float32(2.0)  # placeholders are float32
 
 
-def test_final_ops_hook_in_eval_mode_gets_the_last_batch_or_the_evaluate_results(K):
+def test_final_ops_hook_in_eval_mode_gets_the_evaluate_results_or_the_last_batch(K):
+    """Estimator.evaluate's FinalOpsHook on streaming metrics gave the evaluation's aggregates;
+    so does the default here. The last batch's own values are one argument away."""
     model = make_model(K)
     fit(K, model, T.StopAtStepHook(num_steps=3))
     hook = T.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
-    recorder = Recorder(K)
-    model.evaluate(X, Y, batch_size=BATCH, verbose=0, callbacks=[recorder, HookCallback(hook, mode="eval")])
-    assert hook.final_ops_values == batch_values(recorder.test_batch[-1])
-    # Keras's aggregate over the evaluation, which Estimator.evaluate's own
-    # FinalOpsHook on streaming metrics gave, is one argument away.
-    means = T.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
     results = model.evaluate(
-        X,
-        Y,
-        batch_size=BATCH,
-        verbose=0,
-        return_dict=True,
-        callbacks=[HookCallback(means, mode="eval", values="running_mean")],
+        X, Y, batch_size=BATCH, verbose=0, return_dict=True, callbacks=[HookCallback(hook, mode="eval")]
     )
-    assert means.final_ops_values == picked(results)
+    assert hook.final_ops_values == picked(results)
+    last = T.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
+    recorder = Recorder(K)
+    model.evaluate(
+        X, Y, batch_size=BATCH, verbose=0, callbacks=[recorder, HookCallback(last, mode="eval", values="batch")]
+    )
+    assert last.final_ops_values == batch_values(recorder.test_batch[-1])
+    assert last.final_ops_values != batch_values(results)
 
 
 def test_final_ops_hook_with_the_model_iterations_gets_the_final_step(K):
@@ -481,7 +498,7 @@ def test_summary_saver_hook_writes_each_batch_own_values_at_their_steps(K, tmp_p
         assert [value for _, value in scalars[tag]] == pytest.approx(expected, rel=1e-6)
 
 
-def test_summary_saver_hook_in_eval_mode_writes_the_evaluate_values(K, tmp_path):
+def test_summary_saver_hook_in_eval_mode_writes_the_evaluation_aggregates(K, tmp_path):
     model = make_model(K)
     fit(K, model, T.StopAtStepHook(num_steps=4))
 
@@ -494,7 +511,39 @@ def test_summary_saver_hook_in_eval_mode_writes_the_evaluate_values(K, tmp_path)
     scalars = read_scalars(tmp_path)["eval_loss"]
     # Evaluation does not advance the global step: every event is at step 4.
     assert {step for step, _ in scalars} == {4}
-    assert [value for _, value in scalars] == pytest.approx([v["loss"] for v in recorder.test_batch], rel=1e-6)
+    # What TF1's streaming eval metrics held at each step: the aggregate so far, the last one evaluate()'s.
+    assert [value for _, value in scalars] == pytest.approx([v["loss"] for v in recorder.test_logs], rel=1e-6)
+
+
+def test_tf_slims_summary_at_end_hook_writes_the_evaluation_as_under_tf1(K, tmp_path):
+    """tf-slim's SummaryAtEndHook, copied unchanged, writes at end() the summaries of the
+    eval graph: under TF1 a streaming `tf.metrics.mean` of the loss, here the "loss" log
+    key. Both write the evaluation's mean loss, which is evaluate()'s result."""
+    model = make_model(K, layer_names=TF1_NAMES)
+    weights = weights_of(model)
+
+    def keras_hooks():
+        tf.compat.v1.summary.scalar("eval/loss", log_tensor("loss"))
+        return [real_hooks.SummaryAtEndHook(log_dir=str(tmp_path / "keras"))]
+
+    results = model.evaluate(
+        X, Y, batch_size=BATCH, verbose=0, return_dict=True, callbacks=[HookCallback(keras_hooks, mode="eval")]
+    )
+    with tf.Graph().as_default():
+        tf1_mlp(weights)
+        mean_loss, update = tf.compat.v1.metrics.mean(tf.compat.v1.get_default_graph().get_tensor_by_name("loss:0"))
+        tf.compat.v1.summary.scalar("eval/loss", mean_loss)
+        with tf.compat.v1.train.MonitoredSession(
+            hooks=[real_hooks.SummaryAtEndHook(log_dir=str(tmp_path / "tf1"))]
+        ) as session:
+            for i in range(len(X) // BATCH):
+                batch = slice(i * BATCH, (i + 1) * BATCH)
+                session.run(update, {"x:0": X[batch], "y:0": Y[batch]})
+    tf1 = read_scalars(tmp_path / "tf1")["eval/loss"]
+    keras_scalars = read_scalars(tmp_path / "keras")["eval/loss"]
+    assert [step for step, _ in keras_scalars] == [step for step, _ in tf1] == [0]
+    assert keras_scalars[0][1] == pytest.approx(tf1[0][1], rel=1e-5)
+    assert keras_scalars[0][1] == pytest.approx(results["loss"], rel=1e-6)
 
 
 def test_step_counter_hook_writes_steps_per_second_by_the_clock(K, tmp_path, clock, hook_log):

@@ -1,0 +1,475 @@
+"""Checkpoints: what `CheckpointSaverHook` writes, and reading them (and TF1's) back.
+
+* `CheckpointSaverHook` finds its saver in the graph's `SAVERS` collection, as
+  under a TF1 `Scaffold`. The adapter puts a `KerasSaver` there: the hook's own
+  code runs (schedule, listeners, event-file records) and its `saver.save`
+  writes an object-based checkpoint of the Keras model and optimizer, under the
+  TF1 name `model.ckpt-<global step>`. `restore_checkpoint` reads one back.
+* The same file also holds every variable a TF1 `Saver` of the training graph
+  saved, under its TF1 name (`_model.saved_variables`: `dense/kernel`,
+  `dense/kernel/Adam`, `learning_rate`), `global_step`, and Adam's
+  `beta1_power`/`beta2_power`, so TF1 tools that read checkpoints by name
+  (`tf.train.load_variable(path, "global_step")`, `init_from_checkpoint`, a
+  TF1 `Saver`) read it too.
+* `restore_tf1_checkpoint` reads those names back from any name-based
+  checkpoint (an Estimator's `model_dir`): the model, its optimizer's state and
+  the global step, so a Keras `fit` continues a TF1 run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from hooks2callbacks._model import (
+    GLOBAL_STEP,
+    LEARNING_RATE,
+    Saved,
+    accumulation_steps,
+    global_step_of,
+    has_weights,
+    outside_strategy,
+    saved_variables,
+    step_source,
+    write_variable,
+)
+from hooks2callbacks._seams import context, ops
+
+_KEYS = tf.compat.v1.GraphKeys
+
+# What a TF1 Scaffold's default saver keeps.
+MAX_TO_KEEP = 5
+
+
+class KerasSaver:
+    """What `CheckpointSaverHook` gets as its saver: saves the Keras model's state.
+
+    It has the part of `tf.compat.v1.train.Saver` that the hook uses: `save`
+    and `saver_def`.
+
+    Args:
+        model: The Keras model whose weights (and optimizer state) are saved.
+    """
+
+    saver_def = None  # There is no graph saver to describe in a MetaGraphDef.
+
+    def __init__(self, model: Any, max_to_keep: int | None = MAX_TO_KEEP) -> None:
+        self._model = model
+        self._max_to_keep = max_to_keep
+        self._managers: dict[str, tf.train.CheckpointManager] = {}
+
+    def save(
+        self,
+        sess: Any,
+        save_path: str,
+        global_step: Any = None,
+        latest_filename: str | None = None,
+        meta_graph_suffix: str = "meta",
+        write_meta_graph: bool = True,
+        write_state: bool = True,
+        strip_default_attrs: bool = False,
+        save_debug_info: bool = False,
+    ) -> str:
+        """Writes `<save_path>-<global_step>` and records it as the latest checkpoint.
+
+        The signature is `tf.compat.v1.train.Saver.save`'s. As with a Scaffold's
+        saver, the newest `MAX_TO_KEEP` checkpoints are kept and the directory's
+        `checkpoint` state file names them. No meta graph is written: the
+        adapter graph holds no model.
+
+        Returns:
+            The checkpoint's path prefix, as `Saver.save` returns it.
+
+        Raises:
+            OSError: The checkpoint could not be written (the message names the
+                path).
+        """
+        del sess, latest_filename, meta_graph_suffix, write_meta_graph, write_state
+        del strip_default_attrs, save_debug_info
+        number = None if global_step is None else int(global_step)
+        if not has_weights(self._model):
+            warnings.warn(
+                f"HookCallback: CheckpointSaverHook saved {save_path}-{number} before the tf_keras model "
+                f"{getattr(self._model, 'name', '?')!r} made its weights (tf_keras makes those of a model "
+                "given no input shape in its first step): this checkpoint holds no model weights, where "
+                "TF1's initial checkpoint held them. Later checkpoints hold them. To save them from the "
+                "start, give the model an input shape or call model.build(input_shape) before fit().",
+                UserWarning,
+                stacklevel=2,
+            )
+        # Hooks run with the adapter graph as default; object-based checkpoints
+        # must be written eagerly, and outside the strategy the hooks' begin/end run in.
+        with context.eager_mode(), outside_strategy(ops.get_default_graph()), _root_left_alone():
+            manager = self._manager(save_path)
+            try:
+                prefix = manager.save(checkpoint_number=number, check_interval=False)
+                _add_tf1_names(prefix, self._tf1_values(number))
+                return prefix
+            except (tf.errors.OpError, OSError) as error:
+                raise OSError(
+                    f"Could not write the checkpoint {save_path}-{number} of the Keras model: "
+                    f"{error}. Check that {os.path.dirname(save_path) or '.'} is writable and "
+                    "has free space."
+                ) from error
+
+    def _tf1_values(self, step: int | None) -> dict[str, Any]:
+        """What a TF1 `Saver` of the training graph saved, by TF1 name: its global variables."""
+        model = self._model
+        step = global_step_of(model) if step is None else step
+        values: dict[str, Any] = {GLOBAL_STEP: np.int64(step)}
+        values.update((variable.name, variable.read()) for variable in saved_variables(model)[0])
+        optimizer = getattr(model, "optimizer", None)
+        if _is_adam(model):
+            # TF1's Adam kept beta ** (steps + 1) in variables; Keras computes it from the step.
+            for index in (1, 2):
+                beta = getattr(optimizer, f"beta_{index}", None)
+                if isinstance(beta, float):
+                    values[f"beta{index}_power"] = np.float32(beta ** (step + 1))
+        return values
+
+    def _manager(self, save_path: str) -> tf.train.CheckpointManager:
+        manager = self._managers.get(save_path)
+        if manager is None:
+            directory, name = os.path.split(save_path)
+            with context.eager_mode():
+                manager = tf.train.CheckpointManager(
+                    _checkpoint(self._model), directory or ".", self._max_to_keep, checkpoint_name=name
+                )
+            self._managers[save_path] = manager
+        return manager
+
+
+def _checkpoint(model: Any) -> tf.train.Checkpoint:
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None:
+        return tf.train.Checkpoint(model=model)
+    return tf.train.Checkpoint(model=model, optimizer=optimizer)
+
+
+def _add_tf1_names(prefix: str, values: dict[str, Any]) -> None:
+    """Rewrites the checkpoint at `prefix` with `values` added under their own names.
+
+    The object-based keys stay as they are, so `tf.train.Checkpoint` (and
+    `restore_checkpoint`) reads the file as before. The new file is written
+    beside the old one and then moved over it, index last.
+    """
+    reader = tf.train.load_checkpoint(prefix)
+    keys = sorted(reader.get_variable_to_dtype_map())
+    tensors = [reader.get_tensor(key) for key in keys]
+    added = [name for name in values if name not in set(keys)]
+    staging = prefix + ".tf1-names"
+    tf.raw_ops.SaveV2(
+        prefix=staging,
+        tensor_names=keys + added,
+        shape_and_slices=[""] * (len(keys) + len(added)),
+        tensors=[tf.constant(t) for t in tensors] + [tf.constant(values[name]) for name in added],
+    )
+    stale = set(tf.io.gfile.glob(prefix + ".data-*"))
+    for path in tf.io.gfile.glob(staging + ".data-*"):
+        target = prefix + path[len(staging) :]
+        tf.io.gfile.rename(path, target, overwrite=True)
+        stale.discard(target)
+    for path in stale:
+        tf.io.gfile.remove(path)
+    tf.io.gfile.rename(staging + ".index", prefix + ".index", overwrite=True)
+
+
+@contextlib.contextmanager
+def _root_left_alone() -> Iterator[None]:
+    """Keeps absl from configuring the root logger while TF writes a checkpoint.
+
+    TF's checkpoint writer logs through `absl.logging`, whose first call runs
+    `logging.basicConfig()` when the root logger has no handler: every
+    `tensorflow` line then prints twice (TF's handler and the root's). A real
+    MonitoredSession's saver does not, so neither may this one. A handler that
+    drops records stands in for the save; absl's INFO line would not have
+    printed at the root's WARNING level anyway.
+    """
+    root = logging.getLogger()
+    stand_in = None if root.handlers else logging.NullHandler()
+    if stand_in is not None:
+        root.addHandler(stand_in)
+    try:
+        yield
+    finally:
+        if stand_in is not None:
+            root.removeHandler(stand_in)
+
+
+def install_saver(graph: tf.Graph, model: Any, max_to_keep: int | None = MAX_TO_KEEP) -> None:
+    """Puts a `KerasSaver` for `model` in `graph`'s `SAVERS` collection, keeping the newest `max_to_keep`."""
+    graph.add_to_collection(tf.compat.v1.GraphKeys.SAVERS, KerasSaver(model, max_to_keep))
+
+
+def restore_checkpoint(model: Any, path: str) -> str:
+    """Restores a checkpoint that `CheckpointSaverHook` wrote through `HookCallback`.
+
+    Example: `restore_checkpoint(model, "ckpt_dir")` restores the newest
+    checkpoint in `ckpt_dir` into `model`, a built model of the same
+    architecture. The optimizer's state (and so the global step,
+    `optimizer.iterations`) is restored too when the model is compiled, so a
+    following `fit` continues from the saved step, as TF1 does on restart.
+
+    The plain TensorFlow equivalent, for the weights only:
+    `tf.train.Checkpoint(model=model).read(tf.train.latest_checkpoint(dir)).expect_partial()`.
+
+    Args:
+        model: A built Keras model of the architecture that was saved.
+        path: A checkpoint directory (its newest checkpoint is used) or a
+            checkpoint path prefix such as `ckpt_dir/model.ckpt-100`.
+
+    Returns:
+        The path prefix of the checkpoint restored.
+
+    Raises:
+        FileNotFoundError: `path` holds no checkpoint.
+        ValueError: `path` is a name-based TF1 checkpoint (a `Saver`'s or an
+            Estimator's), `model` is not built, or its variables do not match
+            the checkpoint's.
+    """
+    where = f"restore_checkpoint(model, {path!r})"
+    prefix = _checkpoint_prefix(path, where, "the directory a CheckpointSaverHook wrote to")
+    names = {name for name, _ in tf.train.list_variables(prefix)}
+    if "_CHECKPOINTABLE_OBJECT_GRAPH" not in names:
+        shown = sorted(names)[:5]
+        raise ValueError(
+            f"restore_checkpoint(model, {prefix!r}): this is a name-based TF1 checkpoint (a "
+            f"tf.compat.v1.train.Saver's or an Estimator's: variables {shown}"
+            f"{' ...' if len(names) > 5 else ''}), not one CheckpointSaverHook wrote through "
+            "HookCallback. Restore it by name, optimizer state and global step included, with "
+            "hooks2callbacks.restore_tf1_checkpoint(model, path) (an assignment_map where the "
+            "scopes differ), or warm-start some variables with init_from_checkpoint in a hook."
+        )
+    _build(model, where)
+    with context.eager_mode():
+        try:
+            status = _checkpoint(model).read(prefix)
+            status.assert_existing_objects_matched()
+        except (AssertionError, ValueError) as error:
+            raise ValueError(
+                f"restore_checkpoint(model, {prefix!r}): the model's variables do not match "
+                f"the checkpoint's ({error}). Restore into a model of the architecture that "
+                "was saved."
+            ) from error
+        status.expect_partial()
+    return prefix
+
+
+@dataclasses.dataclass(frozen=True)
+class TF1Restore:
+    """What `restore_tf1_checkpoint` restored; `print()` it for a report.
+
+    Attributes:
+        path: The checkpoint's path prefix.
+        restored: For each variable restored, its TF1 name in the model (the
+            mirror's, such as `dense/kernel/Adam`) and the checkpoint name it
+            was read from.
+        not_restored: The TF1 names of the optimizer's variables the checkpoint
+            lacks: they keep their values.
+        unused: The checkpoint's names that nothing was restored from.
+        global_step: The step restored into `optimizer.iterations`, or None.
+        notes: What makes the continued run differ from TF1's, if anything.
+    """
+
+    path: str
+    restored: dict[str, str]
+    not_restored: list[str]
+    unused: list[str]
+    global_step: int | None
+    notes: list[str]
+
+    def __str__(self) -> str:
+        lines = [f"Restored {len(self.restored)} variables from {self.path}"]
+        if self.global_step is not None:
+            lines[0] += f", and the global step {self.global_step} into optimizer.iterations"
+        lines += [f"  {mine} <- {theirs}" for mine, theirs in self.restored.items()]
+        if self.not_restored:
+            lines.append(f"Not in the checkpoint, left as they were: {', '.join(self.not_restored)}")
+        if self.unused:
+            lines.append(f"In the checkpoint, restored into nothing: {', '.join(self.unused)}")
+        lines += [f"Note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+def restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, str] | None = None) -> TF1Restore:
+    """Continues an Estimator's run: restores a name-based TF1 checkpoint into the model and its optimizer.
+
+    Example: `print(restore_tf1_checkpoint(model, estimator_model_dir))`, then
+    `model.fit(...)` continues the run: the weights, the optimizer's state and
+    the global step are the checkpoint's.
+
+    Each of the model's and optimizer's variables is read by its TF1 name, the
+    one hooks see in the graph (`dense/kernel`; the naming rule of the model
+    graph page): weights by their names; Adam's `<variable>/Adam` and
+    `<variable>/Adam_1` into its momentum and velocity, Adagrad's
+    `<variable>/Adagrad`, RMSProp's `<variable>/RMSProp`, `_1`, `_2`, and
+    Momentum's `<variable>/Momentum` (converted: Keras's SGD keeps
+    -learning_rate times it); a `learning_rate` variable; `global_step` into
+    `optimizer.iterations`. Compile the model with the TF1 optimizer's
+    hyperparameters (TF1's Adam had `epsilon=1e-8`, Keras's has 1e-7).
+
+    Args:
+        model: A built, compiled Keras model of the architecture that was saved.
+        path: An Estimator `model_dir` (its newest checkpoint is used) or a
+            checkpoint path prefix such as `model_dir/model.ckpt-100`.
+        assignment_map: Where the scopes differ, as in
+            `init_from_checkpoint`: checkpoint names (or scopes, ending in `/`)
+            to the model's TF1 names (or scopes), such as
+            `{"mlp/": "dense/"}` or `{"mlp/hidden/kernel": "dense/kernel"}`.
+
+    Returns:
+        What was restored, and what was not.
+
+    Raises:
+        FileNotFoundError: `path` holds no checkpoint.
+        ValueError: The model is not built; a weight of the model is not in
+            the checkpoint, or has another shape there (nothing is restored
+            then); `assignment_map` is not a dict of str.
+    """
+    where = f"restore_tf1_checkpoint(model, {path!r})"
+    prefix = _checkpoint_prefix(path, where, "an Estimator's model_dir (or a TF1 Saver's directory)")
+    mapping = _assignment_map(assignment_map, where)
+    _build(model, where)
+    reader = tf.train.load_checkpoint(prefix)
+    shapes = reader.get_variable_to_shape_map()
+    saved, differs = saved_variables(model)  # what makes the run differ from TF1's: warned
+    notes: list[str] = []
+    plan: list[tuple[Saved, str]] = []
+    missing: list[str] = []
+    not_restored: list[str] = []
+    for variable in saved:
+        source = _source_name(variable.name, mapping)
+        if source in shapes and tuple(shapes[source]) == variable.entry.shape:
+            plan.append((variable, source))
+        elif source in shapes:
+            raise ValueError(
+                f"{where}: {variable.name!r} has shape {variable.entry.shape} in the model, and "
+                f"{source!r} has {tuple(shapes[source])} in the checkpoint. Restore into a model of "
+                "the architecture that was saved, or map the name elsewhere with assignment_map."
+            )
+        elif _KEYS.MODEL_VARIABLES in variable.entry.collections:
+            missing.append(variable.name if source == variable.name else f"{variable.name} (as {source})")
+        elif variable.name == LEARNING_RATE:
+            notes.append(
+                "learning_rate is not in the checkpoint (the TF1 graph's rate was a constant or computed), "
+                "so the compiled rate stays: compile with the TF1 run's rate"
+            )
+        else:
+            not_restored.append(variable.name)
+    if missing:
+        shown = sorted(n for n in shapes if not n.startswith("_"))
+        raise ValueError(
+            f"{where}: the checkpoint has no variable for the model's {missing}, so nothing was "
+            f"restored. Its variables: {shown[:12]}{' ...' if len(shown) > 12 else ''}. Name the "
+            "layers as the TF1 scopes were (keras.layers.Dense(..., name='dense')), or pass "
+            "assignment_map={'checkpoint_scope/': 'model_scope/'}. For a warm start of some "
+            "variables only, call tf.compat.v1.train.init_from_checkpoint in a hook's begin()."
+        )
+    with context.eager_mode():
+        for variable, source in plan:
+            variable.write(reader.get_tensor(source))
+        step = _restore_step(model, reader, shapes)
+    used = {source for _, source in plan} | ({GLOBAL_STEP} if step is not None else set())
+    used |= {name for name in ("beta1_power", "beta2_power") if name in shapes and _is_adam(model)}
+    differs += _adam_notes(model, reader, shapes, step)
+    if not_restored:
+        differs.append(
+            "the optimizer's variables not in the checkpoint keep their values, so the run does not "
+            f"continue the TF1 optimizer's state (a different optimizer, or other slot names): {not_restored}"
+        )
+    for note in differs:
+        warnings.warn(f"{where}: {note}", UserWarning, stacklevel=2)
+    notes = differs + notes
+    unused = sorted(n for n in shapes if n not in used and not n.startswith("_") and ".ATTRIBUTES" not in n)
+    restored = {variable.name: source for variable, source in plan}
+    return TF1Restore(prefix, restored, not_restored, unused, step, notes)
+
+
+def _checkpoint_prefix(path: str, where: str, directory: str) -> str:
+    prefix = tf.train.latest_checkpoint(path) if os.path.isdir(path) else path
+    if prefix is None or not tf.io.gfile.exists(prefix + ".index"):
+        raise FileNotFoundError(
+            f"{where}: no checkpoint there. Pass {directory}, or a prefix such as 'dir/model.ckpt-100'."
+        )
+    return prefix
+
+
+def _build(model: Any, where: str) -> None:
+    """Makes the optimizer's slots, which must exist to be restored into."""
+    if not getattr(model, "built", True):
+        raise ValueError(
+            f"{where}: the model is not built, so it has no variables to restore into. Build it "
+            "first: give it a keras.Input, or call it on one batch."
+        )
+    optimizer = getattr(model, "optimizer", None)
+    # Keras 3: `built`; tf_keras: `_built`, set by its first build.
+    built = getattr(optimizer, "built", getattr(optimizer, "_built", False))
+    if optimizer is not None and not built and callable(getattr(optimizer, "build", None)):
+        with context.eager_mode():
+            optimizer.build(model.trainable_variables)
+
+
+def _assignment_map(assignment_map: Any, where: str) -> dict[str, str]:
+    if assignment_map is None:
+        return {}
+    if not isinstance(assignment_map, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in assignment_map.items()
+    ):
+        raise ValueError(
+            f"{where}: assignment_map must be a dict from checkpoint names (or scopes ending in '/') "
+            f"to the model's TF1 names (or scopes), such as {{'mlp/': 'dense/'}}; got {assignment_map!r}."
+        )
+    return dict(assignment_map)
+
+
+def _source_name(name: str, mapping: Mapping[str, str]) -> str:
+    """The checkpoint name of the model's TF1 `name`, through an `init_from_checkpoint`-style map.
+
+    A key and value ending in `/` map scopes; `"/"` (or `""`) is the root scope.
+    """
+    for theirs, mine in mapping.items():
+        if mine == name:
+            return theirs
+        scope = "" if mine == "/" else mine
+        if (scope == "" or scope.endswith("/")) and name.startswith(scope):
+            return ("" if theirs == "/" else theirs) + name[len(scope) :]
+    return name
+
+
+def _restore_step(model: Any, reader: Any, shapes: Mapping[str, Any]) -> int | None:
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None or GLOBAL_STEP not in shapes:
+        return None
+    step = int(reader.get_tensor(GLOBAL_STEP))
+    write_variable(step_source(optimizer), step * accumulation_steps(optimizer), model)
+    return step
+
+
+def _is_adam(model: Any) -> bool:
+    return type(getattr(model, "optimizer", None)).__name__ == "Adam"
+
+
+def _adam_notes(model: Any, reader: Any, shapes: Mapping[str, Any], step: int | None) -> list[str]:
+    """Where TF1's Adam bias correction (`beta1_power`) disagrees with Keras's, computed from the step."""
+    if not _is_adam(model) or step is None:
+        return []
+    notes = []
+    for index in (1, 2):
+        name, beta = f"beta{index}_power", getattr(model.optimizer, f"beta_{index}", None)
+        if name in shapes and isinstance(beta, float):
+            kept, computed = float(reader.get_tensor(name)), beta ** (step + 1)
+            if not np.isclose(kept, computed, rtol=1e-5):
+                notes.append(
+                    f"the checkpoint's {name} is {kept:.6g}, where Keras's Adam computes "
+                    f"beta_{index} ** (step + 1) = {computed:.6g} from the global step {step}: the "
+                    "TF1 graph stepped Adam and the global step apart, so the bias correction differs"
+                )
+    return notes
