@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import FrameType
 from typing import Any, cast
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -33,7 +34,7 @@ HOOK_METHODS = ("begin", "after_create_session", "before_run", "after_run", "end
 # A list of hooks, or a zero-argument function that builds them in the adapter graph.
 Hooks = Sequence[Any] | Callable[[], Any]
 
-# Keras runs the step; hooks have no caller's fetches to see.
+# Keras runs the step; outside predict, hooks have no caller's fetches to see.
 _ORIGINAL_ARGS = SessionRunArgs(fetches=None)
 _NO_OPTIONS = tf.compat.v1.RunOptions()
 _NO_TRACE = tf.compat.v1.RunOptions.NO_TRACE
@@ -152,12 +153,53 @@ class LogsView(Mapping[Any, Any]):
         return f"LogsView({dict(self._logs)!r})"
 
 
-def _note_caller(error: BaseException, caller: str) -> None:
-    """Notes on `error` which hook method raised it (and, for TF's eager-capture error, the way out)."""
-    if hasattr(error, "add_note"):  # Python 3.11+
-        error.add_note(f"Raised in {caller}, called by HookCallback.")
-        if _EAGER_CAPTURE in str(error):
-            error.add_note(_EAGER_CAPTURE_HELP)
+def _note_caller(error: BaseException, caller: str, graph: AdapterGraph) -> None:
+    """Notes on `error` which hook method raised it, and the way out of the errors TF gives
+    for an eager value in an op of the adapter graph."""
+    if not hasattr(error, "add_note"):  # Python 3.10
+        return
+    error.add_note(f"Raised in {caller}, called by HookCallback.")
+    assigned = _assigned_keras_variable(error)
+    if assigned is not None:
+        error.add_note(_assign_help(caller, *assigned, graph))
+    elif _EAGER_CAPTURE in str(error):
+        error.add_note(_EAGER_CAPTURE_HELP)
+
+
+# tf.compat.v1.assign(ref, value) asks `ref.dtype._is_ref_dtype` (a Keras 3 variable's
+# dtype is a string) or calls `ref.assign`, eagerly (a tf_keras variable): neither can
+# write a Keras variable from a TF1 graph, and TF offers no dispatch to make them.
+_ASSIGNS = {f.__code__: f.__name__ for f in (tf.compat.v1.assign, tf.compat.v1.assign_add, tf.compat.v1.assign_sub)}
+
+
+def _assigned_keras_variable(error: BaseException) -> tuple[str, Any] | None:
+    """The `tf.compat.v1.assign*` function that failed with `error`, and its `ref` if that is eager (Keras)."""
+    trace = error.__traceback__
+    while trace is not None:
+        function = _ASSIGNS.get(trace.tb_frame.f_code)
+        if function is not None:
+            ref = trace.tb_frame.f_locals.get("ref")
+            eager = isinstance(ref, keras.Variable) or not getattr(ref, "_in_graph_mode", True)
+            return (function, ref) if eager else None
+        trace = trace.tb_next
+    return None
+
+
+def _assign_help(caller: str, function: str, ref: Any, graph: AdapterGraph) -> str:
+    entry = graph.mirror.of_variable(ref) if graph.mirror is not None else None
+    if entry is None:
+        target = "the TF1 variable, found by name in tf.compat.v1.global_variables()"
+        example = "variable"
+    else:
+        target = f"its TF1 variable, {entry.name + ':0'!r} in the adapter graph"
+        example = f"tf.compat.v1.get_default_graph().get_tensor_by_name({entry.name + ':0'!r})"
+    return (
+        f"HookCallback: {caller} called tf.compat.v1.{function} on the Keras variable "
+        f"{getattr(ref, 'path', None) or getattr(ref, 'name', ref)!r}, which TF cannot write from a TF1 "
+        f"graph (ops may read a Keras variable, not assign it). Pass {target}: "
+        f"tf.compat.v1.{function}({example}, value). The write reaches the Keras variable before "
+        "Keras's next step, as for any write to a model variable."
+    )
 
 
 _EAGER_CAPTURE = "Attempting to capture an EagerTensor"
@@ -261,6 +303,9 @@ class HookRunner:
             they run outside the model's strategy (across workers), saying why.
         loop: The frame of the Keras loop of the run (see `_runs.loop_frame`).
         keep_checkpoint_max: How many checkpoints `CheckpointSaverHook` keeps (None: all).
+        original_fetches: The log key whose tensor `run_context.original_args.fetches`
+            holds (`"outputs"` in predict, as Estimator's predict loop ran its
+            predictions); None for none (`fetches=None`).
 
     Attributes:
         graph: The adapter graph of this run.
@@ -283,8 +328,11 @@ class HookRunner:
         outside_strategy_note: str | None = None,
         loop: FrameType | None = None,
         keep_checkpoint_max: int | None = 5,
+        original_fetches: str | None = None,
     ) -> None:
         self._sources = sources
+        self._original_fetches = original_fetches
+        self._original_args = _ORIGINAL_ARGS
         self._keep_checkpoint_max = keep_checkpoint_max
         self._loop = loop
         self._batch_mode = batch_values
@@ -337,6 +385,8 @@ class HookRunner:
         _runs.enter(self, self._loop)
         with self._guard:
             install_saver(self.graph, self.model, self._keep_checkpoint_max)
+            if self._original_fetches is not None:
+                self._original_args = SessionRunArgs(fetches=self.graph.log_tensor(self._original_fetches))
             for source in self._sources:
                 if is_factory(source):
                     factory = cast(Callable[[], Any], source)
@@ -378,7 +428,7 @@ class HookRunner:
 
     def before_run(self) -> None:
         """Calls every `before_run` with the step's shared context and compiles its fetches."""
-        self._context = context = SessionRunContext(_ORIGINAL_ARGS, self.session)
+        self._context = context = SessionRunContext(self._original_args, self.session)
         self._feeds = None
         derived = False
         # The per-step methods do inline what `_Guard` and `_invoke` do, as
@@ -393,7 +443,7 @@ class HookRunner:
                 bound.plan = plan = None if args is None else self._plan(bound, args)
                 derived = derived or (plan is not None and bool(plan.derived))
         except BaseException as error:
-            _note_caller(error, self.caller)
+            _note_caller(error, self.caller, self.graph)
             self._abort(scope)
             raise
         if scope is not None:
@@ -455,7 +505,7 @@ class HookRunner:
                     self.caller = bound.after_name
                     bound.after_run(context, values)  # type: ignore[misc]  # not None here
             except BaseException as error:
-                _note_caller(error, self.caller)
+                _note_caller(error, self.caller, self.graph)
                 raise
         except BaseException:
             self._abort(scope)
@@ -510,7 +560,7 @@ class HookRunner:
         try:
             return fn(*args)
         except BaseException as error:
-            _note_caller(error, caller)
+            _note_caller(error, caller, self.graph)
             if self._outside_strategy_note is not None and hasattr(error, "add_note"):
                 error.add_note(self._outside_strategy_note)
             raise

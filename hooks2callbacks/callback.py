@@ -23,6 +23,8 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
     call hooks.after_create_session(session, coord)
   on_train_batch_begin:
     run_context = SessionRunContext(original_args, session)   # shared by all hooks
+    # original_args.fetches: None; in predict, the "outputs" tensor (as
+    # Estimator's predict loop ran its predictions)
     call hooks.before_run(run_context)      # each returns None or SessionRunArgs
   (Keras runs the train step)
   on_train_batch_end(logs):
@@ -386,6 +388,7 @@ class HookCallback(keras.callbacks.Callback):
             outside_strategy_note=_ACROSS_WORKERS if across_workers else None,
             loop=loop,
             keep_checkpoint_max=self.keep_checkpoint_max,
+            original_fetches="outputs" if mode == "predict" else None,
         )
         self._runner.begin()
 
@@ -431,6 +434,10 @@ class HookCallback(keras.callbacks.Callback):
             logs = tf.nest.map_structure(
                 lambda v: keras.ops.convert_to_numpy(v) if keras.ops.is_tensor(v) else v, dict(logs)
             )
+            if "outputs" not in logs:
+                # Keras 3.12+ flattens a dict of outputs into the logs themselves: "outputs"
+                # gives the dict back, as the model's predictions (Estimator's dict of them).
+                logs["outputs"] = dict(logs)
         stop = runner.after_run(logs or {}, global_step_of(self.model) if self._reads_step else None)
         if self._agreement is not None:
             stop = self._agreement(stop)

@@ -1146,3 +1146,41 @@ def learning_rate_setter_hook(model):
         self._lrn_rate = 0.0001
 # ============================================================================= end of copy
   return _LearningRateSetterHook()
+
+
+# =============================================================================
+# OpenNMT/OpenNMT-tf, opennmt/utils/hooks.py,
+# commit 2e3178c9ae6574bd1cd8f637d261e7de9a8bd882. An Estimator's predict
+# hook: it re-fetches what the predict loop ran (`original_args.fetches`, the
+# model_fn's predictions dict) and counts examples and tokens.
+# =============================================================================
+class LogPredictionTimeHook(tf.train.SessionRunHook):
+  """Hooks that gathers and logs prediction times."""
+
+  def begin(self):
+    self._total_time = 0
+    self._total_tokens = 0
+    self._total_examples = 0
+
+  def before_run(self, run_context):
+    self._run_start_time = time.time()
+    predictions = run_context.original_args.fetches
+    return tf.train.SessionRunArgs(predictions)
+
+  def after_run(self, run_context, run_values):  # pylint: disable=unused-argument
+    self._total_time += time.time() - self._run_start_time
+    predictions = run_values.results
+    batch_size = next(six.itervalues(predictions)).shape[0]
+    self._total_examples += batch_size
+    length = predictions.get("length")
+    if length is not None:
+      if len(length.shape) == 2:
+        length = length[:, 0]
+      self._total_tokens += sum(length)
+
+  def end(self, session):
+    tf.logging.info("Total prediction time (s): %f", self._total_time)
+    tf.logging.info("Average prediction time (s): %f", self._total_time / self._total_examples)
+    if self._total_tokens > 0:
+      tf.logging.info("Tokens per second: %f", self._total_tokens / self._total_time)
+# ============================================================================= end of copy

@@ -364,3 +364,55 @@ def test_the_resnet_learning_rate_setter_feeds_the_rate_for_each_step_as_under_t
     # And the feed made the difference: at the model's own rate the weights end elsewhere.
     unfed = fit_mlp(K, [], steps=6)
     assert not np.allclose(weights_of(unfed)[0], weights_of(model)[0], atol=1e-4)
+
+
+from hooks2callbacks import HookCallback  # noqa: E402
+
+X_, _ = make_data()
+
+
+class KeepPredictions(tf.compat.v1.train.SessionRunHook):
+    """Keeps what each step's `original_args.fetches` gave, re-fetched as Estimator's predict hooks did."""
+
+    def __init__(self) -> None:
+        self.original: list = []
+        self.results: list = []
+
+    def before_run(self, run_context):
+        self.original.append(run_context.original_args.fetches)
+        return tf.compat.v1.train.SessionRunArgs(run_context.original_args.fetches)
+
+    def after_run(self, run_context, run_values):
+        self.results.append(run_values.results)
+
+
+def test_predict_hooks_see_the_predictions_as_original_args_as_under_estimators_predict_loop(K):
+    """Estimator's predict loop ran `mon_sess.run(predictions)`, so a predict hook found the
+    predictions in `run_context.original_args.fetches` (OpenNMT-tf's LogPredictionTimeHook
+    re-fetches them). In predict mode they are the step's `"outputs"`: here a dict, as a
+    model_fn's predictions were."""
+    inputs = K.Input((X_.shape[1],))
+    hidden = K.layers.Dense(16, activation="relu")(inputs)
+    logits = K.layers.Dense(3)(hidden)
+    model = K.Model(inputs, {"logits": logits, "probabilities": K.layers.Softmax()(logits)})
+    kernel, bias, kernel_1, bias_1 = weights_of(model)
+    seen = {}
+    with tf.Graph().as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, X_.shape[1]])
+        tf1_logits = tf.matmul(tf.nn.relu(tf.matmul(x, kernel) + bias), kernel_1) + bias_1
+        predictions = {"logits": tf1_logits, "probabilities": tf.nn.softmax(tf1_logits)}
+        seen["tf1"] = hooks = [real_hooks.LogPredictionTimeHook(), KeepPredictions()]
+        with tf.compat.v1.train.MonitoredSession(hooks=hooks) as session:
+            for start in (0, 32):
+                session.run(predictions, {x: X_[start : start + 32]})
+        assert hooks[1].original == [predictions, predictions]
+    seen["keras"] = hooks = [real_hooks.LogPredictionTimeHook(), KeepPredictions()]
+    out = model.predict(X_[:64], batch_size=32, verbose=0, callbacks=[HookCallback(hooks, mode="predict")])
+    assert [o.name for o in hooks[1].original] == ["keras_logs/outputs:0"] * 2
+    for system in ("tf1", "keras"):
+        timer, keep = seen[system]
+        assert timer._total_examples == 64
+        assert [sorted(r) for r in keep.results] == [["logits", "probabilities"]] * 2
+        for key in ("logits", "probabilities"):
+            assert all(isinstance(r[key], np.ndarray) for r in keep.results)
+            np.testing.assert_allclose(np.concatenate([r[key] for r in keep.results]), out[key], atol=1e-5)

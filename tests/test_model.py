@@ -404,6 +404,28 @@ def test_a_keras_variable_used_in_an_op_stands_for_its_tf1_variable(K):
     assert seen.results[-1]["kernel_norm"] == pytest.approx(float(np.linalg.norm(weights_of(model)[0])), rel=1e-5)
 
 
+@pytest.mark.parametrize("assign", [tf.compat.v1.assign, tf.compat.v1.assign_add, tf.compat.v1.assign_sub])
+def test_assign_on_a_keras_variable_fails_naming_its_tf1_variable_and_that_one_works(K, assign):
+    """TF's assign functions cannot take a Keras variable (Keras 3's dtype is a string, a tf_keras
+    variable assigns eagerly); the note names the TF1 variable, and assigning that one works."""
+    model = make_model(K, layer_names=TF1_NAMES)
+    rate = model.optimizer.learning_rate
+    with pytest.raises(Exception) as raised:  # AttributeError or TF's eager-capture RuntimeError
+        fit(model, Seen(lambda: assign(rate, tf.multiply(rate, 0.5))), steps=1)
+    notes = "\n".join(raised.value.__notes__)
+    assert "Raised in Seen.begin()" in notes
+    assert (
+        f"called tf.compat.v1.{assign.__name__} on the Keras variable" in notes
+        and f"tf.compat.v1.{assign.__name__}(tf.compat.v1.get_default_graph().get_tensor_by_name("
+        "'learning_rate:0'), value)"
+        in notes
+    )
+    by_name = lambda: tf.compat.v1.get_default_graph().get_tensor_by_name("learning_rate:0")  # noqa: E731
+    fit(model, Seen(lambda: assign(by_name(), tf.multiply(rate, 0.5))), steps=1)
+    expected = {"assign": 0.025, "assign_add": 0.075, "assign_sub": 0.025}[assign.__name__]
+    assert float(np.asarray(model.optimizer.learning_rate)) == pytest.approx(expected)
+
+
 def test_an_eager_variable_not_of_the_model_is_a_clear_error(K):
     stray = tf.Variable(1.0, name="stray")
 
