@@ -429,7 +429,7 @@ def test_keep_checkpoint_max_must_be_a_positive_int_or_none(bad):
 SCRIPT_LOGGING_AS_TF1 = """
 import numpy as np, tempfile, tensorflow as tf, keras
 from hooks2callbacks import HookCallback
-tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)  # as TF1 scripts did
+{set_level}
 model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
 model.compile("sgd", "mse")
 hooks = [
@@ -440,10 +440,17 @@ model.fit(np.zeros((64, 4)), np.zeros((64, 2)), batch_size=32, epochs=1, verbose
 """
 
 
-def test_with_tf1_style_logging_each_hook_line_prints_once_after_a_checkpoint():
+@pytest.mark.parametrize(
+    "set_level",
+    [
+        "tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)",  # as TF1 scripts did
+        'tf.get_logger().setLevel("INFO")',  # as the README does
+    ],
+)
+def test_with_tf1_style_logging_each_hook_line_prints_once_after_a_checkpoint(set_level):
     """What the user's terminal shows: TF's checkpoint writer must not make absl configure the root logger."""
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT_LOGGING_AS_TF1],
+        [sys.executable, "-c", SCRIPT_LOGGING_AS_TF1.format(set_level=set_level)],
         cwd=pathlib.Path(__file__).parent.parent,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
         capture_output=True,

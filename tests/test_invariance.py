@@ -358,6 +358,23 @@ def test_gradient_accumulation_counts_applied_updates(K):
     assert run.fetched[0].hooks[0].steps == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6]
 
 
+def test_under_gradient_accumulation_stock_hooks_count_optimizer_updates(K, caplog):
+    """StopAtStepHook(last_step=5) stops after exactly 5 applied updates (10 micro-batches), and
+    LoggingTensorHook logs the global step it fetches (it failed in begin() before)."""
+    if K is not keras:
+        pytest.skip("tf_keras's optimizers have no gradient_accumulation_steps")
+    model = mlp(K, optimizer=K.optimizers.Adam(0.01, gradient_accumulation_steps=2))
+    fetch = Fetch(("loss",))
+    hooks = [T.StopAtStepHook(last_step=5), T.LoggingTensorHook({"step": "global_step"}, every_n_iter=2), fetch]
+    with caplog.at_level("INFO", logger="tensorflow"):
+        model.fit(X, Y, batch_size=BATCH, epochs=EPOCHS, verbose=0, shuffle=False, callbacks=[HookCallback(hooks)])
+    assert iterations(model) == 5
+    assert fetch.steps == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    # every_n_iter counts hook calls, one per micro-batch: steps 0, 1, 2, ... every second call.
+    logged = [r.getMessage().split(" (")[0] for r in caplog.records if r.getMessage().startswith("step = ")]
+    assert logged == ["step = 0", "step = 1", "step = 2", "step = 3", "step = 4"]
+
+
 # -- metrics -------------------------------------------------------------------
 
 
@@ -459,6 +476,13 @@ def test_backup_and_restore_in_either_order(K, tmp_path, first):
             if iterations(self.model) == 9:
                 raise KeyboardInterrupt("preempted")
 
+    class StopAt17(K.callbacks.Callback):
+        """What StopAtStepHook(last_step=17) does, for the run without HookCallback."""
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if iterations(self.model) >= 17:
+                self.model.stop_training = True
+
     def train(with_hooks: bool, directory: pathlib.Path) -> tuple[Any, list[int]]:
         model = mlp(K)
         backup = lambda: K.callbacks.BackupAndRestore(str(directory), save_freq=3)  # noqa: E731
@@ -467,13 +491,17 @@ def test_backup_and_restore_in_either_order(K, tmp_path, first):
         model = mlp(K)
         fetch = Fetch(("loss",))
         stop = T.StopAtStepHook(last_step=17)
-        hooks = [HookCallback([stop, fetch])] if with_hooks else []
+        hooks = [HookCallback([stop, fetch])] if with_hooks else [StopAt17()]
         callbacks = [*hooks, backup()] if first else [backup(), *hooks]
         model.fit(X, Y, batch_size=BATCH, epochs=4, verbose=0, shuffle=False, callbacks=callbacks)
         return model, fetch.steps
 
     model, steps = train(True, tmp_path / "with")
     assert steps[0] == 9 and steps[-1] == 16 and iterations(model) == 17
+    plain, _ = train(False, tmp_path / "without")
+    assert iterations(plain) == 17
+    for ours, theirs in zip(plain.get_weights(), model.get_weights(), strict=True):
+        np.testing.assert_equal(ours, theirs)
 
 
 # -- runs ----------------------------------------------------------------------
