@@ -48,8 +48,12 @@ def synthetic_dataset(widths: tuple[int, ...]) -> Any:
     )
 
 
-def keras_mlp(widths: tuple[int, ...]) -> Any:
-    """A compiled Keras MLP: Dense(relu) hidden layers, logits out, Adam, accuracy metric."""
+def keras_mlp(widths: tuple[int, ...], custom_metric: bool = False) -> Any:
+    """A compiled Keras MLP: Dense(relu) hidden layers, logits out, Adam, accuracy metric.
+
+    With `custom_metric`, also a metric with its own `update_state` (a running maximum
+    of the batch-mean |logit|), whose batch value is its update run again from its reset state.
+    """
     import keras
 
     keras.utils.set_random_seed(SEED)
@@ -60,9 +64,24 @@ def keras_mlp(widths: tuple[int, ...]) -> Any:
     model.compile(
         optimizer=keras.optimizers.Adam(1e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
+        metrics=["accuracy", *([_RunningMax(keras)] if custom_metric else [])],
     )
     return model
+
+
+def _RunningMax(keras: Any) -> Any:  # noqa: N802  (a class made for the Keras package)
+    class RunningMax(keras.metrics.Metric):
+        def __init__(self) -> None:
+            super().__init__(name="running_max")
+            self.top = self.add_weight(name="top", shape=(), initializer="zeros")
+
+        def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+            self.top.assign(keras.ops.maximum(self.top.value, keras.ops.mean(keras.ops.abs(y_pred))))
+
+        def result(self) -> Any:
+            return self.top.value
+
+    return RunningMax()
 
 
 def stock_hooks(output_dir: str, loss: Any = "loss") -> list[Any]:

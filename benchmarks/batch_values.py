@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    TF_CPP_MIN_LOG_LEVEL=3 python benchmarks/batch_values.py --cycles 500 [--model mid]
+    TF_CPP_MIN_LOG_LEVEL=3 python benchmarks/batch_values.py --cycles 500 [--model mid] [--custom-metric]
 
 It times, called directly in a loop on the same distributed `tf.data` iterator
 that `fit` uses, what happens between two callbacks for each step:
@@ -72,12 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block", type=int, default=20, help="calls per turn")
     parser.add_argument("--settle", type=int, default=5, help="calls at the start of each turn left out")
     parser.add_argument("--model", choices=sorted(_common.MODELS), default="small")
+    parser.add_argument(
+        "--custom-metric", action="store_true", help="also a metric with its own update_state (run again per step)"
+    )
     args = parser.parse_args(argv)
     if args.cycles < 2 or not 0 <= args.settle < args.block:
         parser.error("bad --cycles/--block/--settle")
 
     widths = _common.MODELS[args.model]
-    model = _common.keras_mlp(widths)
+    model = _common.keras_mlp(widths, custom_metric=args.custom_metric)
     dataset = _common.synthetic_dataset(widths)
     model.fit(dataset, steps_per_epoch=2, epochs=1, verbose=0)  # Keras builds and traces its function
     own = model.train_function
@@ -128,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     extra = nodes["batch"].copy()
     extra.subtract(nodes["own"])
     print(
-        f"Model `{args.model}` (MLP {'→'.join(map(str, widths))}, batch {_common.BATCH}, Adam, loss + accuracy), "
+        f"Model `{args.model}` (MLP {'→'.join(map(str, widths))}, batch {_common.BATCH}, Adam, loss + accuracy"
+        f"{' + a custom running maximum' if args.custom_metric else ''}), "
         f"turns of {args.block} calls, {args.cycles} turns per function, the first {args.settle} of each turn "
         f"left out; batch values of {keys}. {info['cpus_usable']} of {info['cpu_count']} CPUs "
         f"({info['cpu_model']}), Python {info['python']}, TensorFlow {info['tensorflow']}, Keras {info['keras']}, "

@@ -11,6 +11,7 @@ computed inside Keras's own compiled step instead:
             state = what its update added to each state variable (one
                     `assign_add` each: that is the state of the batch alone),
                     else its reset state updated with the same arguments
+                    (Keras 3's stateless API; a custom metric's too)
             (summed across replicas under tf.distribute: the global batch)
             value = the metric's result on that state    # the batch's own value
         return logs without their float32 scalars
@@ -34,9 +35,12 @@ A key maps to its metric by identity: the tensor a metric's `result()` returned
 is the value the step put under that key. A metric is *derivable* when the class
 that defines its `update_state` is Keras's own: Keras's metrics only ever add a
 batch's contribution to their state, so the state from the reset state is that
-batch alone. A key whose metric is not derivable (a custom `update_state`) has no
-batch value; fetching it is an error rather than a silent mean. A key that is
-no metric's result (a value a custom `train_step` returns) passes through.
+batch alone. On Keras 3, a metric with its own `update_state` gets its batch state
+from that update run again, apart, from its reset state (the stateless metric
+API), where that is exact and changes nothing else (`_why_no_rerun`); on tf_keras,
+which has no stateless API, it has no batch value. Fetching a key with no batch
+value is an error rather than a silent mean. A key that is no metric's result (a
+value a custom `train_step` returns) passes through.
 
 The wrapped function is built once per model and compiled function (a new
 `compile()` makes Keras build a new one) and cached, so `fit` does not retrace
@@ -232,8 +236,14 @@ class _Keras3(_Flavour):
 
     def record_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         if not derivable(metric):
-            _recording.states[metric] = None
-            return original(*args, **kwargs)
+            # Its own update_state need not add: its batch state is that update run
+            # again, apart, from its reset state, where that is exact (`_why_no_rerun`).
+            result = original(*args, **kwargs)
+            why = "this step updated twice" if metric in _recording.states else _why_no_rerun(metric, args, kwargs)
+            batch = self._from_reset(metric, args, kwargs) if why is None else why
+            nested = not isinstance(batch, str) and jax_nested_tracer(batch)
+            _recording.states[metric] = _IN_JAX_GRADIENT if nested else batch
+            return result
         # Keras's own metrics reset to zeros and add each batch's contribution with
         # one `assign_add` per variable, so the value added *is* the state of that
         # batch alone, to the bit (0 + x = x): the metric's own update is watched,
@@ -251,25 +261,28 @@ class _Keras3(_Flavour):
         if not other_writes and len(metric.variables) == len(variables) and all(len(a) == 1 for a in added):
             batch = [_as_state(v, a[0]) for v, a in zip(variables, added, strict=True)]
         else:  # another kind of update (or variables it made just now): from the reset state, apart
-            _recording.inside = True
-            try:
-                batch = metric.stateless_update_state(metric.stateless_reset_state(), *args, **kwargs)
-                # Keras before 3.13 loses the static shape of confusion-matrix states
-                # (`variable + tp` under an unknown batch size), which `stateless_result` refuses.
-                batch = [keras.ops.reshape(b, v.shape) for b, v in zip(batch, metric.variables, strict=True)]
-            finally:
-                _recording.inside = False
+            batch = self._from_reset(metric, args, kwargs)
         previous = _recording.states.get(metric)
         if isinstance(previous, str):
             return result
         if jax_nested_tracer(batch):
-            _recording.states[metric] = (
-                "updates it inside a transformation of the step (JAX's gradient, as Keras's "
-                "per-output loss trackers), whose values cannot be taken out of it"
-            )
+            _recording.states[metric] = _IN_JAX_GRADIENT
             return result
         _recording.states[metric] = batch if previous is None else [p + b for p, b in zip(previous, batch, strict=True)]
         return result
+
+    @staticmethod
+    def _from_reset(metric: Any, args: Any, kwargs: Any) -> list[Any]:
+        """The metric's state after its reset state is updated with `args` alone."""
+        _recording.inside = True
+        try:
+            batch = metric.stateless_update_state(metric.stateless_reset_state(), *args, **kwargs)
+            # Keras before 3.13 loses the static shape of confusion-matrix states
+            # (`variable + tp` under an unknown batch size), which `stateless_result` refuses.
+            batch = [keras.ops.reshape(b, v.shape) for b, v in zip(batch, metric.variables, strict=True)]
+        finally:
+            _recording.inside = False
+        return batch
 
     def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
         states = _sum_across_replicas(states)
@@ -685,10 +698,12 @@ def _direct_step(function: Any) -> Any:
 
 def _why_underivable(metric: Any, states: Mapping[Any, Any], value: Any) -> str | None:
     name = f"{type(metric).__name__}(name={getattr(metric, 'name', '?')!r})"
-    if not derivable(metric):  # checked first: no batch state is computed for these
+    if not derivable(metric) and states.get(metric) is None:  # tf_keras: no batch state is computed
         return (
             f"it is the result of the metric {name}, whose class defines its own update_state, "
-            "so its state after one batch need not be that batch's alone"
+            "so its state after one batch need not be that batch's alone, and tf_keras cannot run "
+            "that update apart from the metric's state (Keras 3 does: its stateless metric API "
+            "gives such a metric its batch value)"
         )
     if metric not in states:
         return f"it is the result of the metric {name}, which this step did not update"
@@ -697,6 +712,58 @@ def _why_underivable(metric: Any, states: Mapping[Any, Any], value: Any) -> str 
     if any(d is None for d in getattr(value, "shape", (None,))):
         return f"it is the result of the metric {name}, whose shape is not known when the step is traced"
     return None
+
+
+_IN_JAX_GRADIENT = (
+    "updates it inside a transformation of the step (JAX's gradient, as Keras's "
+    "per-output loss trackers), whose values cannot be taken out of it"
+)
+
+
+def _why_no_rerun(metric: Any, args: Any, kwargs: Any) -> str | None:
+    """Why a Keras 3 metric's own `update_state`, run again from its reset state, would not give
+    its batch state exactly, or would change the step; None where it is exact.
+
+    Run again in a `StatelessScope`, the update writes none of the metric's variables. It
+    must write nothing else either, nor draw TF stateful random numbers (the step's
+    streams would move): on TensorFlow, its ops are traced apart first and checked. Under
+    tf.distribute, the replicas' states of such a metric cannot be combined (only Keras's
+    own metrics add).
+    """
+    flat = [t for t in tf.nest.flatten((args, kwargs)) if isinstance(t, tf.Tensor)]
+    if not flat:
+        return None  # JAX or PyTorch: the scope holds every write of a Keras variable
+    context = tf.distribute.get_replica_context()
+    if context is not None and context.num_replicas_in_sync > 1:
+        return (
+            f"is updated on {context.num_replicas_in_sync} replicas, and its class defines its own "
+            "update_state, so the replicas' batch states cannot be combined into the global batch's"
+        )
+    specs = tf.nest.map_structure(lambda t: tf.TensorSpec.from_tensor(t) if isinstance(t, tf.Tensor) else t, args)
+    kwarg_specs = tf.nest.map_structure(
+        lambda t: tf.TensorSpec.from_tensor(t) if isinstance(t, tf.Tensor) else t, kwargs
+    )
+
+    def rerun(*inner: Any, **inner_kwargs: Any) -> Any:
+        _recording.inside = True
+        try:
+            return metric.stateless_update_state(metric.stateless_reset_state(), *inner, **inner_kwargs)
+        finally:
+            _recording.inside = False
+
+    graph = tf.function(rerun, autograph=False).get_concrete_function(*specs, **kwarg_specs).graph
+    effects = sorted({op.type for op in graph.get_operations() if op.op_def.is_stateful and op.type not in _READS})
+    if effects:
+        return (
+            "defines its own update_state, which, run again from the reset state for the batch "
+            f"alone, would also run the stateful ops {effects} (writes or random draws outside its "
+            "state) and so change the step"
+        )
+    return None
+
+
+# Stateful op types that change nothing: an update that reads other variables is still exact.
+_READS = frozenset({"ReadVariableOp", "VarHandleOp", "VarIsInitializedOp", "Placeholder", "NoOp"})
 
 
 # model -> {mode: _Wrapped}; a new compile() gives the model new functions, and so new entries.

@@ -360,7 +360,7 @@ def test_a_model_error_leaves_the_step_until_the_run_is_closed(K):
 
 
 class CountingMetric:
-    """A stateful metric with its own update_state: its per-batch value cannot be derived."""
+    """A stateful metric with its own update_state: it counts the batches it has seen."""
 
     @staticmethod
     def make(K: Any) -> Any:
@@ -378,31 +378,94 @@ class CountingMetric:
         return Counted()
 
 
-def test_a_metric_with_its_own_update_state_is_an_error_only_when_fetched(K):
-    def model_with_custom_metric() -> Any:
-        model = make_model(K)
-        model.compile(optimizer=K.optimizers.SGD(0.05), loss=model.loss, metrics=["accuracy", CountingMetric.make(K)])
-        return model
+def running_max(K: Any) -> Any:
+    """A metric whose update does not add: the largest batch-mean |prediction| so far, from 0."""
+
+    class RunningMax(K.metrics.Metric):
+        def __init__(self, name: str = "running_max", **kwargs: Any) -> None:
+            super().__init__(name=name, **kwargs)
+            self.top = self.add_weight(name="top", shape=(), initializer="zeros")
+
+        def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+            self.top.assign(K.ops.maximum(self.top.value, K.ops.mean(K.ops.abs(y_pred))))
+
+        def result(self) -> Any:
+            return self.top.value
+
+    return RunningMax()
+
+
+def custom_metric_model(K: Any, *metrics: Any) -> Any:
+    model = make_model(K)
+    model.compile(optimizer=K.optimizers.SGD(0.05), loss=model.loss, metrics=["accuracy", *metrics])
+    return model
+
+
+def test_a_keras_3_metric_with_its_own_update_state_gets_the_value_of_the_batch_alone():
+    """Its own update, run again from its reset state with the stateless API, for the batch alone:
+    what `test_on_batch` of the step's starting weights gives, not Keras's running value."""
+    make = lambda K: custom_metric_model(K, running_max(K), CountingMetric.make(K))  # noqa: E731
+    recorder = Recorder(keras, X, Y, reference=make)
+    hook = Seen(("loss", "running_max", "counted"))
+    make(keras).fit(
+        X, Y, batch_size=BATCH, epochs=2, verbose=0, shuffle=False, callbacks=[recorder, HookCallback(hook)]
+    )
+    assert [r["counted"] for r in hook.results] == [1.0] * 8  # Keras's own: 1, 2, 3, 4 each epoch
+    assert [r["counted"] for r in recorder.train_logs] == [1.0, 2.0, 3.0, 4.0] * 2
+    for step, (seen, own) in enumerate(zip(hook.results, recorder.train_batch, strict=True)):
+        assert seen == pytest.approx({k: own[k] for k in ("loss", "running_max", "counted")}, rel=1e-6), step
+    # The running maximum differs from the batch's alone where an earlier batch was larger.
+    assert any(
+        seen["running_max"] != pytest.approx(logs["running_max"], rel=1e-4)
+        for seen, logs in zip(hook.results, recorder.train_logs, strict=True)
+    )
+
+
+def test_a_tf_keras_metric_with_its_own_update_state_is_an_error_only_when_fetched():
+    import tf_keras
 
     # Not fetched: no error, and the other keys have their batch values.
-    model = model_with_custom_metric()
     hook = Seen(("loss", "accuracy"))
+    model = custom_metric_model(tf_keras, CountingMetric.make(tf_keras))
     model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[HookCallback(hook)])
     assert len(hook.results) == 4
 
-    model = model_with_custom_metric()
+    model = custom_metric_model(tf_keras, CountingMetric.make(tf_keras))
     with pytest.raises(BatchValueError) as info:
         model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[HookCallback(Seen(("counted",)))])
     message = str(info.value)
     assert "'counted'" in message and "Counted(name='counted')" in message
-    assert "defines its own update_state" in message and "values='running_mean'" in message
+    assert "defines its own update_state" in message and "tf_keras cannot run that update apart" in message
+    assert "values='running_mean'" in message
     assert "Raised in the fetches of Seen.before_run, called by HookCallback." in info.value.__notes__
 
     # Keras's running value, one argument away.
-    model = model_with_custom_metric()
+    model = custom_metric_model(tf_keras, CountingMetric.make(tf_keras))
     hook = Seen(("counted",))
     model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[HookCallback(hook, values="running_mean")])
     assert [r["counted"] for r in hook.results] == [1.0, 2.0, 3.0, 4.0]
+
+
+@needs_backend("tensorflow", reason="TF stateful ops in a metric's update")
+def test_a_keras_3_metric_whose_update_writes_outside_its_state_is_refused_and_not_run_twice():
+    """Run again, its write to a variable outside its state would happen twice: no batch value,
+    and the update runs once a step, as without HookCallback."""
+    outside = tf.Variable(0.0, trainable=False)
+
+    class CountsElsewhere(keras.metrics.Mean):
+        def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+            outside.assign_add(1.0)
+            super().update_state(keras.ops.mean(y_pred))
+
+    model = custom_metric_model(keras, CountsElsewhere(name="elsewhere"))
+    with pytest.raises(BatchValueError, match=r"would also run the stateful ops \['AssignAddVariableOp'\]"):
+        model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[HookCallback(Seen(("elsewhere",)))])
+    outside.assign(0.0)
+    hook = Seen(("loss",))
+    custom_metric_model(keras, CountsElsewhere(name="elsewhere")).fit(
+        X, Y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[HookCallback(hook)]
+    )
+    assert len(hook.results) == 4 and float(outside.numpy()) == 4.0
 
 
 class TwiceUpdated(keras.Model):
