@@ -26,11 +26,23 @@ Each seam, what it reaches, and what happens when that is missing:
   `ops`, `meta_graph`, `training_util`, `tensor_conversion_registry`,
   `resource_variable_ops`, `FileWriterCache`): ImportError at import.
 
-Also private, but of TF objects this package makes itself, used where they are:
-`ops._default_graph_stack` and `context.ContextSwitch` (`_graph.DefaultGraphScope`),
-`Graph._unsafe_unfinalize` (`_graph.Unsealed`), `ResourceVariable._ref()` (`_model`,
-`_graph`), and stack frames: the Keras loop of a run (`_runs.loop_frame`, Keras's
-`CallbackList` calls `on_*`), and TF's own collection reads (`_graph._called_by_hook_code`).
+Also private, but of TF objects this package makes itself (its own graphs,
+variables and writers), used where they are; `tests/test_seams.py` and the suites
+that use them run on both versions:
+`ops._default_graph_stack`, `context.ContextSwitch`, `Graph._device_function_stack`
+and the eager context's `_thread_local_data` (`_graph.DefaultGraphScope`);
+`Graph._unsafe_unfinalize` (`_graph.Unsealed`); `Graph._distribution_strategy_stack`
+and `._variable_creator_stack` (`_model`, making the mirror outside the model's
+strategy); `RefVariable._ref()` and `DType._is_ref_dtype` (`_model`, `_graph`);
+`FileWriterCache._lock` and `._cache` (`_runs`, closing the run's writers).
+
+Not private, but a reliance on how Keras calls its own code: instance-level
+overrides for a run with batch values (the model's `train_step`/`test_step`, its
+metrics' `update_state` and `result`, their variables' `assign*`, the metric
+containers' `build`; `_batch._Patches`, undone at the run's end); stack frames: the Keras loop of a run
+(`_runs.loop_frame`, Keras's `CallbackList` calls `on_*`), TF's own collection reads
+(`_graph._called_by_hook_code`, `_graph._exporting_meta_graph`); and, for an error's
+note only, the frame of `tf.compat.v1.assign*` in a traceback (`_dispatch`).
 """
 
 from __future__ import annotations
