@@ -288,7 +288,7 @@ class _Keras3(_Flavour):
         states = _sum_across_replicas(states)
         _recording.inside = True
         try:
-            return [metric.stateless_result(state) for metric, state in zip(metrics, states, strict=True)]
+            return [_result_of(metric, state) for metric, state in zip(metrics, states, strict=True)]
         finally:
             _recording.inside = False
 
@@ -299,6 +299,16 @@ class _Keras3(_Flavour):
         if all(len(v.shape) == 0 for v in values):  # one op, where reshapes and a concat are three
             return ops.stack(values)
         return ops.concatenate([ops.reshape(v, (-1,)) for v in values])
+
+
+def _result_of(metric: Any, state: list[Any]) -> Any:
+    """`metric.result()` on `state`, read inside the scope that maps its variables to `state`.
+
+    `stateless_result` reads the result outside its scope: a `result()` that returns a
+    state variable itself (`return self.total`) would give the variable's own value.
+    """
+    with keras.StatelessScope(state_mapping=list(zip(metric.variables, state, strict=True))):
+        return keras.tree.map_structure(lambda v: v.value if isinstance(v, keras.Variable) else v, metric.result())
 
 
 class _TfKeras(_Flavour):

@@ -533,6 +533,8 @@ def slot_names(
                 shared = re.sub(r":\d+$", "", str(variable.name))
                 by_slot_name[f"{kind}/{shared}"] = f"{base}/{suffix}"
     found: dict[int, str] = {}
+    # Keras before 3.9 names Adagrad's slots plainly "accumulator": made one per variable, in order.
+    bare: dict[str, list[Any]] = {kind: [] for kind in name_of}
     for slot in _optimizer_variables(optimizer):
         name = re.sub(r":\d+$", "", str(slot.name))
         # tf_keras puts the optimizer's name in front when the slots are made in its name scope (in fit).
@@ -540,6 +542,16 @@ def slot_names(
             if key in by_slot_name:
                 found[id(slot)] = by_slot_name[key]
                 break
+        else:
+            if name in bare:
+                bare[name].append(slot)
+    weights = list(model.trainable_weights)
+    for kind, slots in bare.items():
+        if len(slots) == len(weights) and all(
+            tuple(s.shape) == tuple(w.shape) for s, w in zip(slots, weights, strict=True)
+        ):
+            for slot, weight in zip(slots, weights, strict=True):
+                found[id(slot)] = f"{tf1_name(weight, model_prefix)}/{name_of[kind]}"
     return found
 
 

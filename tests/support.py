@@ -471,3 +471,21 @@ def fit_mlp(K: Any, hooks: Any, steps: int, model: Any = None, names: Any = None
     """
     model = model or make_model(K, layer_names=TF1_NAMES, **compile_args)
     return fit_in_order(model, [HookCallback(hooks, names=names)], steps)
+
+
+def RunningMax(K: Any) -> Any:
+    """A stateful metric with its own update_state: the largest batch-mean error so far."""
+
+    class RunningMax(K.metrics.Metric):
+        def __init__(self, name: str = "running_max", **kwargs: Any) -> None:
+            super().__init__(name=name, **kwargs)
+            self.top = self.add_weight(name="top", shape=(), initializer="zeros")
+
+        def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+            err = K.ops.mean(K.ops.abs(y_pred)) if K is keras else tf.reduce_mean(tf.abs(y_pred))
+            self.top.assign(K.ops.maximum(self.top.value, err) if K is keras else tf.maximum(self.top, err))
+
+        def result(self) -> Any:
+            return self.top
+
+    return RunningMax()

@@ -21,6 +21,7 @@ from support import (
     N_FEATURES,
     OnlyAfterRun,
     Recorder,
+    RunningMax,
     Tick,
     make_data,
     make_model,
@@ -378,23 +379,6 @@ class CountingMetric:
         return Counted()
 
 
-def running_max(K: Any) -> Any:
-    """A metric whose update does not add: the largest batch-mean |prediction| so far, from 0."""
-
-    class RunningMax(K.metrics.Metric):
-        def __init__(self, name: str = "running_max", **kwargs: Any) -> None:
-            super().__init__(name=name, **kwargs)
-            self.top = self.add_weight(name="top", shape=(), initializer="zeros")
-
-        def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
-            self.top.assign(K.ops.maximum(self.top.value, K.ops.mean(K.ops.abs(y_pred))))
-
-        def result(self) -> Any:
-            return self.top.value
-
-    return RunningMax()
-
-
 def custom_metric_model(K: Any, *metrics: Any) -> Any:
     model = make_model(K)
     model.compile(optimizer=K.optimizers.SGD(0.05), loss=model.loss, metrics=["accuracy", *metrics])
@@ -404,7 +388,7 @@ def custom_metric_model(K: Any, *metrics: Any) -> Any:
 def test_a_keras_3_metric_with_its_own_update_state_gets_the_value_of_the_batch_alone():
     """Its own update, run again from its reset state with the stateless API, for the batch alone:
     what `test_on_batch` of the step's starting weights gives, not Keras's running value."""
-    make = lambda K: custom_metric_model(K, running_max(K), CountingMetric.make(K))  # noqa: E731
+    make = lambda K: custom_metric_model(K, RunningMax(K), CountingMetric.make(K))  # noqa: E731
     recorder = Recorder(keras, X, Y, reference=make)
     hook = Seen(("loss", "running_max", "counted"))
     make(keras).fit(

@@ -23,7 +23,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from support import N_CLASSES, N_FEATURES, iterations, make_data
+from support import N_CLASSES, N_FEATURES, RunningMax, iterations, make_data
 
 from hooks2callbacks import BatchValueError, HookCallback
 
@@ -376,24 +376,6 @@ def test_under_gradient_accumulation_stock_hooks_count_optimizer_updates(K, capl
 
 
 # -- metrics -------------------------------------------------------------------
-
-
-def RunningMax(K: Any) -> Any:
-    """A stateful metric with its own update_state: the largest batch-mean error so far."""
-
-    class RunningMax(K.metrics.Metric):
-        def __init__(self, name: str = "running_max", **kwargs: Any) -> None:
-            super().__init__(name=name, **kwargs)
-            self.top = self.add_weight(name="top", shape=(), initializer="zeros")
-
-        def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
-            err = K.ops.mean(K.ops.abs(y_pred)) if K is keras else tf.reduce_mean(tf.abs(y_pred))
-            self.top.assign(K.ops.maximum(self.top.value, err) if K is keras else tf.maximum(self.top, err))
-
-        def result(self) -> Any:
-            return self.top
-
-    return RunningMax()
 
 
 @pytest.mark.parametrize("fetched", [False, True], ids=["hooks_fetch_the_loss", "hooks_fetch_the_metric"])
