@@ -473,8 +473,12 @@ def fit_mlp(K: Any, hooks: Any, steps: int, model: Any = None, names: Any = None
     return fit_in_order(model, [HookCallback(hooks, names=names)], steps)
 
 
-def RunningMax(K: Any) -> Any:
-    """A stateful metric with its own update_state: the largest batch-mean error so far."""
+def RunningMax(K: Any, result_is_variable: bool = True) -> Any:
+    """A stateful metric with its own update_state: the largest batch-mean error so far.
+
+    Its `result()` returns its state variable itself, unless `result_is_variable=False`
+    (Keras 3.15's JAX symbolic build refuses a variable there, with or without HookCallback).
+    """
 
     class RunningMax(K.metrics.Metric):
         def __init__(self, name: str = "running_max", **kwargs: Any) -> None:
@@ -486,6 +490,6 @@ def RunningMax(K: Any) -> Any:
             self.top.assign(K.ops.maximum(self.top.value, err) if K is keras else tf.maximum(self.top, err))
 
         def result(self) -> Any:
-            return self.top
+            return self.top if result_is_variable else self.top.value
 
     return RunningMax()
