@@ -60,6 +60,7 @@ from typing import Any, cast
 import keras
 import tensorflow as tf
 
+from hooks2callbacks import _tensors
 from hooks2callbacks._seams import (
     jax_nested_tracer,
     keras3_compile_metrics_leaves,
@@ -440,6 +441,10 @@ class _Wrapped:
         self.compiled = self._build(model)
         self._direct = None if self._jax or _is_tf_keras(model) else _direct_step(self.compiled)
         self._warned_random = False
+        # The batch's tensors it outputs (`_tensors`), and the latest step's.
+        self.tensors = _tensors.Outputs()
+        self.latest_tensors: Mapping[str, Any] = {}
+        self._unpack = _unpack_for(model)
         self._iterator: Any = None  # the iterator that `_concrete` was made for
         self._concrete: Any = None
 
@@ -523,10 +528,14 @@ class _Wrapped:
         info.runs += 1
         _recording.active = True
         _recording.states, _recording.results = {}, {}
+        self.tensors.start()
         try:
             out = step(*args)
         finally:
             _recording.active = False
+        model = self._model_ref()
+        # The step's data is its last argument (JAX's steps take their state first).
+        tensors = self.tensors.finish(model, args[-1], self._unpack) if args else {}
         if not tf.executing_eagerly():
             self._warn_stateful_random(tf.compat.v1.get_default_graph())
         states, results = _recording.states, _recording.results
@@ -534,6 +543,8 @@ class _Wrapped:
         logs = out[0] if self._jax else out
         if not isinstance(logs, dict):
             info.layout, info.underivable, info.order = (), {}, ()
+            for name in self.tensors.wanted:
+                self.tensors.why[name] = "the step returns no dict of logs to carry it"
             return out
         derived: list[tuple[str, Any, tuple[int, ...]]] = []
         underivable: dict[str, str] = {}
@@ -559,6 +570,8 @@ class _Wrapped:
                 values += self._flavour.batch_values([m for _, m, _ in derived], [states[m] for _, m, _ in derived])
             logs = {k: v for k, v in logs.items() if k not in folded}
             logs[BATCH_KEY] = self._flavour.pack(values)
+        if tensors:
+            logs = {**logs, _tensors.TENSORS_KEY: tensors}
         return (logs, *out[1:]) if self._jax else logs
 
     def _warn_stateful_random(self, graph: Any) -> None:
@@ -615,6 +628,8 @@ class _Wrapped:
         out = self._run(args)
         logs = out[0] if self._jax else out
         packed = logs.pop(BATCH_KEY, None)
+        if self.tensors.wanted:
+            self.latest_tensors = logs.pop(_tensors.TENSORS_KEY, {})
         info = self.info
         if not info.order:
             self.latest = packed  # brought to numpy if a hook reads a value
@@ -633,6 +648,7 @@ class _Wrapped:
             current = getattr(model, self._function_name)
             self._patch_step(model)
             self._patch_metrics(model)
+            _tensors.record_predictions(model, self._patches.set, _is_tf_keras(model))
             if self.mode == "eval" and _is_tf_keras(model):
                 tf_keras_test_runner(current, self)
         # Every run's, not only the first: one that began while the model had
@@ -649,6 +665,7 @@ class _Wrapped:
         self.users -= 1
         if self.users == 0:
             self._iterator = self._concrete = None  # hold no data pipeline past the run
+            self.latest_tensors = {}  # nor a batch
             self._patches.undo()
             if getattr(model, self._function_name, None) is self:
                 object.__setattr__(model, self._function_name, self.original)
@@ -787,18 +804,37 @@ class BatchSource:
     Args:
         model: The Keras model (Keras 3, any backend, or tf_keras).
         mode: `"train"` or `"eval"`.
+        values: Whether hooks get the metrics' batch values (else Keras's own logs).
+        tensors: The batch's tensors that hooks asked for (`_tensors`).
+
+    Raises:
+        ValueError: Another run of this model's step, compiled already, lacks `tensors`.
     """
 
-    def __init__(self, model: Any, mode: str) -> None:
+    def __init__(self, model: Any, mode: str, values: bool = True, tensors: frozenset[str] = frozenset()) -> None:
         self._model = model
+        self._values = values
         function_name = "train_function" if mode == "train" else "test_function"
         current = getattr(model, function_name, None)
         with _cache_lock:
             entries = _cache.setdefault(model, {})
             wrapped = current if isinstance(current, _Wrapped) else entries.get(mode)
-            if wrapped is None or (wrapped.users == 0 and wrapped.original is not current):
+            stale = wrapped is not None and wrapped.users == 0 and wrapped.original is not current
+            if wrapped is not None and not stale and not wrapped.tensors.covers(tensors) and wrapped.users == 0:
+                # Compiled without them: a new step, which outputs these and the earlier ones,
+                # so that runs asking for either share it.
+                tensors = tensors | frozenset(wrapped.tensors.wanted)
+                stale = True
+            if wrapped is None or stale:
                 flavour: _Flavour = _TfKeras() if _is_tf_keras(model) else _Keras3()
                 wrapped = entries[mode] = _Wrapped(model, mode, flavour)
+            if not wrapped.tensors.want(tensors):
+                raise ValueError(
+                    f"HookCallback: the hooks of this run fetch the batch's {sorted(tensors)}, but "
+                    f"another HookCallback of the same {mode} run began first, and the model's step "
+                    "is compiled without them. Pass all hooks that fetch the batch's tensors to that "
+                    "HookCallback, or list the HookCallback whose hooks fetch them first."
+                )
             wrapped.attach(model)
         self._wrapped: _Wrapped | None = wrapped
 
@@ -807,7 +843,11 @@ class BatchSource:
         wrapped = self._wrapped
         if wrapped is None:
             return BatchLogs(logs, None, (), {})
-        return BatchLogs(logs, wrapped.latest, wrapped.info.layout, wrapped.info.underivable)
+        if not self._values:
+            return BatchLogs(logs, None, (), {}, wrapped.tensors, wrapped.latest_tensors)
+        return BatchLogs(
+            logs, wrapped.latest, wrapped.info.layout, wrapped.info.underivable, wrapped.tensors, wrapped.latest_tensors
+        )
 
     def close(self) -> None:
         """Gives the model back its own function (when no other run uses ours)."""
@@ -827,6 +867,15 @@ def _layout(shapes: list[tuple[str, tuple[int, ...]]], start: int = 0) -> tuple[
     return tuple(slots)
 
 
+def _unpack_for(model: Any) -> Callable[[Any], Any]:
+    """The flavour's `unpack_x_y_sample_weight`."""
+    if _is_tf_keras(model):
+        import tf_keras  # only where the model is one
+
+        return cast(Callable[[Any], Any], tf_keras.utils.unpack_x_y_sample_weight)
+    return cast(Callable[[Any], Any], keras.utils.unpack_x_y_sample_weight)
+
+
 def _to_numpy(packed: Any) -> Any:
     # A TF eager tensor's own conversion costs a few µs; Keras's generic one
     # (backend dispatch and checks) several times that, on every step.
@@ -843,7 +892,8 @@ def _unpack(flat: Any, numbers: list[float], layout: tuple[Slot, ...]) -> dict[s
 
 
 class BatchLogs(Mapping[str, Any]):
-    """A step's logs with each derivable metric's batch value in place of Keras's running mean.
+    """A step's logs with each derivable metric's batch value in place of Keras's running mean,
+    and the batch's tensors by their names (`_tensors`), which are not among its keys.
 
     Values are what Keras's logs hold (`python_utils.pythonify_logs`): a Python
     float for a scalar, else a numpy array.
@@ -855,9 +905,11 @@ class BatchLogs(Mapping[str, Any]):
             costs nothing more.
         layout: Where each key's value sits in a packed output.
         underivable: Why each key that has no batch value has none.
+        outputs: Which batch tensors the step outputs (None: none).
+        tensors: The step's batch tensors, by leaf name.
     """
 
-    __slots__ = ("_logs", "_packed", "_layout", "_underivable", "_batch")
+    __slots__ = ("_logs", "_packed", "_layout", "_underivable", "_batch", "_outputs", "_tensors", "_arrays")
 
     def __init__(
         self,
@@ -865,7 +917,12 @@ class BatchLogs(Mapping[str, Any]):
         batch: Any,
         layout: tuple[Slot, ...],
         underivable: Mapping[str, str],
+        outputs: _tensors.Outputs | None = None,
+        tensors: Mapping[str, Any] | None = None,
     ) -> None:
+        self._outputs = outputs
+        self._tensors = tensors or {}
+        self._arrays: dict[str, Any] = {}
         self._logs = logs
         self._batch: dict[str, Any] | None = batch if isinstance(batch, dict) else (None if layout else {})
         self._packed = batch
@@ -880,6 +937,8 @@ class BatchLogs(Mapping[str, Any]):
         return batch
 
     def __getitem__(self, key: str) -> Any:
+        if self._outputs is not None and _tensors.root_of(key) is not None:
+            return self._tensor(key)
         batch = self._unpacked()
         if key in batch:
             return batch[key]
@@ -894,6 +953,14 @@ class BatchLogs(Mapping[str, Any]):
                 "per-sample function)."
             )
         return self._logs[key]
+
+    def _tensor(self, key: str) -> Any:
+        outputs = cast(_tensors.Outputs, self._outputs)
+        try:
+            return outputs.value(key, self._tensors, self._arrays)
+        except LookupError:
+            why = outputs.explain(key)
+            raise BatchValueError(f"The batch tensor {key!r} has no value in this step: {why}.") from None
 
     def __contains__(self, key: object) -> bool:
         return key in self._logs

@@ -293,9 +293,12 @@ class HookRunner:
         step: The global step at the start of the run.
         advances: Whether the run's steps advance the global step (training).
         name: Names the run in messages (the callback's repr).
-        batch_values: `"train"` or `"eval"` to give hooks each batch's own values,
-            computed in the model's step of that mode (see `hooks2callbacks._batch`);
-            None to give them the logs as Keras reports them.
+        batch_mode: `"train"` or `"eval"`: the mode of the model's step, which
+            may give hooks each batch's own values and tensors (see
+            `hooks2callbacks._batch` and `._tensors`); None where it cannot (predict,
+            a run of no step).
+        batch_values: Whether hooks get each batch's own values (else the logs
+            as Keras reports them).
         names: The names map: TF1 name -> log key, name, or Keras variable.
         strategy: The model's `tf.distribute` strategy, in which `begin`,
             `after_create_session` and `end` run; None for none.
@@ -322,7 +325,8 @@ class HookRunner:
         step: int,
         advances: bool,
         name: str = "HookCallback",
-        batch_values: str | None = None,
+        batch_mode: str | None = None,
+        batch_values: bool = True,
         names: Mapping[str, Any] | None = None,
         strategy: tf.distribute.Strategy | None = None,
         outside_strategy_note: str | None = None,
@@ -335,8 +339,10 @@ class HookRunner:
         self._original_args = _ORIGINAL_ARGS
         self._keep_checkpoint_max = keep_checkpoint_max
         self._loop = loop
-        self._batch_mode = batch_values
+        self._batch_mode = batch_mode
+        self._batch_values = batch_values
         self._batch: BatchSource | None = None
+        self._batch_pending = batch_mode is not None  # decided at the end of the first before_run
         self.name = name
         self.hooks: list[Any] = []
         self.model = model
@@ -347,6 +353,7 @@ class HookRunner:
         self.graph = AdapterGraph()
         self.graph.owner = self
         self.graph.names = names = dict(names or {})
+        self.graph.model = model
         # The model's variables as TF1 variables, made only if hook code asks for them.
         self.graph.mirror = ModelMirror(
             self.graph, model, {k: v for k, v in names.items() if not isinstance(v, str)}, train=advances
@@ -413,16 +420,6 @@ class HookRunner:
                 self.session.open()
             for hook in self.hooks:
                 self._call(hook, "after_create_session", self.session, self.coord)
-        # Only a hook with one of these methods can see a step's values (through
-        # results or its session): for none, the model keeps its own step.
-        if self._batch_mode is not None and any(
-            _overridden(h, m) is not None for h in self.hooks for m in _SEES_VALUES
-        ):
-            try:  # outside the adapter graph: it may build the model's step function
-                self._batch = BatchSource(self.model, self._batch_mode)
-            except BaseException:
-                self.close()
-                raise
         _warn_steps_per_execution(self.model, self._bound)  # outside the graph: reads a variable
         _warn_silent_logging(self.hooks)
 
@@ -449,8 +446,26 @@ class HookRunner:
         if scope is not None:
             scope.__exit__(None, None, None)
         self._derived = derived
+        if self._batch_pending:
+            self._start_batch()
         if self._fed:
             self._set_fed()
+
+    def _start_batch(self) -> None:
+        """At the first step, before Keras runs it: the model's step gives the batch values and
+        the batch's tensors that hook code has named by now (in begin() or this before_run)."""
+        self._batch_pending = False
+        tensors = frozenset(self.graph.batch_names)
+        # Only a hook with one of these methods can see a step's values (through
+        # results or its session): for none, the model keeps its own step.
+        values = self._batch_values and any(_overridden(h, m) is not None for h in self.hooks for m in _SEES_VALUES)
+        if not values and not tensors:
+            return
+        try:  # outside the adapter graph: it may build the model's step function
+            self._batch = BatchSource(self.model, cast(str, self._batch_mode), values, tensors)
+        except BaseException:
+            self.close()
+            raise
 
     def after_run(self, logs: Mapping[str, Any], step: int | None = None) -> bool:
         """Finishes the step: one graph run if needed, then every `after_run`.

@@ -35,6 +35,7 @@ import tensorflow as tf
 
 from hooks2callbacks._graph import AdapterGraph, log_key_of
 from hooks2callbacks._model import LEARNING_RATE, Entry, accumulation_steps, read_variable, writes_ref
+from hooks2callbacks._tensors import missing_help, root_of
 
 # resolve(logs, step, ran) -> results. `step` is a numpy int64, as TF1 returns the
 # int64 variable's value; `ran` maps derived elements to their values.
@@ -104,7 +105,7 @@ def log_value(
             if len(missing) == 1
             else (f"the Keras log keys {', '.join(map(repr, missing))}")
         )
-        hints = ""
+        hints = "".join(missing_help(k) for k in missing if root_of(k) is not None)
         for k in missing:
             close = difflib.get_close_matches(k, list(logs), n=1, cutoff=0.8)
             entries = [n for n, t in (names or {}).items() if isinstance(t, str) and log_key_of(t) == k]
@@ -203,6 +204,8 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
 
     def log_leaf(key: str) -> Resolver:
         keys.append(key)
+        if root_of(key) is not None:
+            graph.batch_names.add(key)
         return lambda logs, step, ran: log_value(logs, key, where, keys, names)
 
     def graph_leaf(element: Any) -> Resolver:

@@ -8,7 +8,8 @@ run (one `fit`, one validation pass, one `evaluate`):
   `global_step` in the `GLOBAL_STEP` collection, and a read tensor placed in
   TF's global-step-read cache, so `tf.compat.v1.train.get_global_step()` and
   `training_util._get_or_create_global_step_read()` both find ours;
-* one `float32` placeholder per Keras log key that a hook names. Keras often
+* one placeholder per Keras log key that a hook names (`float32`; the batch's
+  tensors, `features`, `labels`, ..., as `hooks2callbacks._tensors` says). Keras often
   builds its compiled metrics only at the first batch end, so the keys are not
   known in `begin()`; a name that is not in the graph is taken to be a log key
   and its placeholder is made on first lookup. Whether the key really exists is
@@ -53,6 +54,7 @@ from typing import Any
 import tensorflow as tf
 
 from hooks2callbacks._seams import context, meta_graph, ops, training_util
+from hooks2callbacks._tensors import placeholder_dtype, root_of
 
 # Names TF accepts for an op; anything else cannot be a graph lookup anyway.
 OP_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/>]*$")
@@ -90,10 +92,17 @@ FOREIGN_KEYS = frozenset(
         _KEYS.METRIC_VARIABLES,
     }
 )
+_BATCH_HINT = (
+    " The batch's tensors have names of their own: log_tensor('predictions'), 'features', 'labels' "
+    "and 'sample_weight' (docs: What hooks see, the batch's tensors)."
+)
 _HINTS = {
     _KEYS.REGULARIZATION_LOSSES: (
         " Keras's loss already includes the model's regularization losses, so get_total_loss() is right without them."
     ),
+    "predictions": _BATCH_HINT,
+    "features": _BATCH_HINT,
+    "labels": _BATCH_HINT,
 }
 _GRAPH_KEYS = frozenset(v for k, v in vars(_KEYS).items() if k.isupper() and isinstance(v, str))
 # Code that reads collections for its own purposes: TF and Keras, and this package.
@@ -165,6 +174,9 @@ class AdapterGraph(tf.Graph):
         self.mirror: Any = None
         self.names: Mapping[str, Any] = {}
         self.owner: Any = None
+        self.model: Any = None  # for the dtypes of the batch's tensors
+        # The batch's tensors (`_tensors`) that hook code looked up or fetched.
+        self.batch_names: set[str] = set()
         self._warned: set[Any] = set()
         self.log_tensors: dict[str, tf.Tensor] = {}
         # The placeholder tensors and their ops, each to its log key.
@@ -365,8 +377,12 @@ class AdapterGraph(tf.Graph):
         tensor = self.log_tensors.get(key)
         if tensor is not None:
             return tensor
+        dtype = tf.float32
+        if root_of(key) is not None:
+            self.batch_names.add(key)
+            dtype = placeholder_dtype(self.model, key)
         with Unsealed(self), self.as_default(), self.name_scope(None), self.control_dependencies(None):
-            tensor = tf.compat.v1.placeholder(tf.float32, shape=None, name=_LOG_SCOPE + key)
+            tensor = tf.compat.v1.placeholder(dtype, shape=None, name=_LOG_SCOPE + key)
         self.log_tensors[key] = tensor
         self.placeholder_keys[tensor] = key
         self.placeholder_keys[tensor.op] = key

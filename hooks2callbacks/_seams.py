@@ -38,6 +38,7 @@ strategy); `RefVariable._ref()` and `DType._is_ref_dtype` (`_model`, `_graph`);
 
 Not private, but a reliance on how Keras calls its own code: instance-level
 overrides for a run with batch values (the model's `train_step`/`test_step`, its
+`compute_metrics` and `compute_loss`, which record `y_pred` for the batch's tensors, its
 metrics' `update_state` and `result`, their variables' `assign*`, the metric
 containers' `build`; `_batch._Patches`, undone at the run's end); stack frames: the Keras loop of a run
 (`_runs.loop_frame`, Keras's `CallbackList` calls `on_*`), TF's own collection reads

@@ -25,6 +25,7 @@ import tensorflow as tf
 from hooks2callbacks._fetch import Plan, check_feeds, compile_fetches, log_value
 from hooks2callbacks._model import accumulation_steps, step_source, write_variable
 from hooks2callbacks._seams import context
+from hooks2callbacks._tensors import fed, root_of
 
 if TYPE_CHECKING:
     from hooks2callbacks._dispatch import HookRunner
@@ -126,6 +127,10 @@ class AdapterSession:
         if plan.loads:
             graph.mirror.load(session, plan.loads)
         feeds = {graph.log_tensors[k]: log_value(logs, k, where) for k in plan.fed_keys}
+        for k in plan.fed_keys:
+            if root_of(k) is not None:  # its placeholder's dtype was chosen before the first step
+                tensor = graph.log_tensors[k]
+                feeds[tensor] = fed(tensor, feeds[tensor], k, where)
         if plan.reads:
             feeds.update(graph.mirror.feeds(plan.reads))
         if feed_dict:

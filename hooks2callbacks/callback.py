@@ -9,8 +9,6 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
     # after every callback's on_train_begin, so the hooks see the step that one
     # restored there (BackupAndRestore), as TF1 hooks saw it restored from model_dir
     global step = model.optimizer.iterations
-    if values == "batch": model.train_function = the model's own step, which also
-            returns each batch's own values (built once per model, see _batch)
     graph = a new adapter graph (global step, log-key tensors, a saver of the
             Keras model in SAVERS, and, when hook code asks for them, the
             model's and optimizer's variables as TF1 variables), made default,
@@ -26,6 +24,10 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
     # original_args.fetches: None; in predict, the "outputs" tensor (as
     # Estimator's predict loop ran its predictions)
     call hooks.before_run(run_context)      # each returns None or SessionRunArgs
+    the run's first: if values == "batch" or hook code has named the batch's
+        tensors (features, labels, sample_weight, predictions; see _tensors):
+        model.train_function = the model's own step, which also returns each
+        batch's own values and those tensors (built once per model, see _batch)
   (Keras runs the train step)
   on_train_batch_end(logs):
     values = the batch's own values, or the logs (values="running_mean")
@@ -48,7 +50,9 @@ What `results` holds, per hook:
     in train mode that batch's own loss or metric value, as a TF1 tensor held
     it; in eval mode the evaluation's aggregate so far, as TF1's streaming eval
     metrics held it (Keras's own logs; `values=` chooses either), the global step
-    gives its *stale* value (from before this step's increment, as in TF1), a
+    gives its *stale* value (from before this step's increment, as in TF1), the
+    batch's tensors (`"features"`, `"labels"`, `"sample_weight"`,
+    `"predictions"`) that step's arrays, a
     derived tensor gives the value the graph run computed for it, a model
     variable its value after the step's update;
   * when `before_run` returned None: a read-only mapping of the step's values.
@@ -92,6 +96,7 @@ from hooks2callbacks._distribute import StopAgreement, is_chief, is_default, is_
 from hooks2callbacks._graph import OP_NAME, log_key_of
 from hooks2callbacks._model import accumulation_steps, global_step_of, has_weights
 from hooks2callbacks._seams import context
+from hooks2callbacks._tensors import prediction_logs
 
 MODES = ("train", "eval", "predict")
 VALUES = ("batch", "running_mean")
@@ -371,7 +376,6 @@ class HookCallback(keras.callbacks.Callback):
         # is local to this worker, and the strategy's ops are collectives placed
         # on the cluster's devices.
         across_workers = is_multi_worker(strategy)
-        batch = mode if self.values == "batch" and mode != "predict" and steps else None
         # Where a batch callback need not mean one update, the step is read from the optimizer.
         self._reads_step = mode == "train" and (
             steps_per_execution(model) != 1 or accumulation_steps(model.optimizer) != 1
@@ -382,7 +386,8 @@ class HookCallback(keras.callbacks.Callback):
             global_step_of(model),
             advances=mode == "train",
             name=repr(self),
-            batch_values=batch,
+            batch_mode=mode if mode != "predict" and steps else None,
+            batch_values=self.values == "batch",
             names=self.names,
             strategy=None if is_default(strategy) or across_workers else strategy,
             outside_strategy_note=_ACROSS_WORKERS if across_workers else None,
@@ -438,6 +443,8 @@ class HookCallback(keras.callbacks.Callback):
                 # Keras 3.12+ flattens a dict of outputs into the logs themselves: "outputs"
                 # gives the dict back, as the model's predictions (Estimator's dict of them).
                 logs["outputs"] = dict(logs)
+            if runner.graph.batch_names:
+                logs.update(prediction_logs(logs["outputs"], self.model))
         stop = runner.after_run(logs or {}, global_step_of(self.model) if self._reads_step else None)
         if self._agreement is not None:
             stop = self._agreement(stop)

@@ -23,6 +23,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 MIRRORED_STEPS = 15  # StopAtStepHook(last_step=...) within 2 epochs of 10 steps
@@ -80,6 +81,7 @@ def train_mirrored(K, strategy) -> dict:
         x, y, batch_size=32, verbose=0, callbacks=[HookCallback(single_final, mode="eval", values="batch")]
     )
     return {
+        **batch_tensors(K, strategy, x, y),
         **written_to_every_replica(K, strategy, x, y),
         **multi_worker_early_stopping(K, strategy, x, y),
         "replicas": strategy.num_replicas_in_sync,
@@ -93,6 +95,45 @@ def train_mirrored(K, strategy) -> dict:
         "single_device_final_ops": {k: float(v) for k, v in single_final.final_ops_values.items()},
         "final_means": {k: float(v) for k, v in means.final_ops_values.items()},
         "evaluated": {k: float(evaluated[k]) for k in ("loss", "accuracy")},
+    }
+
+
+def batch_tensors(K, strategy, x, y) -> dict:
+    """Hooks fetch the batch's features, labels and predictions: the global batch's, in order,
+    and the predictions one device computes for it."""
+    from support import make_model
+
+    from hooks2callbacks import HookCallback
+
+    def fetched(model) -> list:
+        seen: list = []
+
+        class Tensors(tf.compat.v1.train.SessionRunHook):
+            def before_run(self, run_context):
+                return tf.compat.v1.train.SessionRunArgs({"x": "features", "y": "labels", "p": "predictions"})
+
+            def after_run(self, run_context, run_values):
+                seen.append(run_values.results)
+
+        model.fit(x[:128], y[:128], batch_size=32, shuffle=False, verbose=0, callbacks=[HookCallback([Tensors()])])
+        return seen
+
+    with strategy.scope():
+        both = fetched(make_model(K))
+    one = fetched(make_model(K))
+    rows = range(0, 128, 32)
+    return {
+        "tensor_steps": len(both),
+        "tensor_features_are_the_batches": all(
+            np.array_equal(r["x"], x[i : i + 32]) for r, i in zip(both, rows, strict=True)
+        ),
+        "tensor_labels_are_the_batches": all(
+            np.array_equal(r["y"], y[i : i + 32]) for r, i in zip(both, rows, strict=True)
+        ),
+        "tensor_predictions_shapes": sorted({r["p"].shape for r in both}),
+        "tensor_predictions_max_difference": max(
+            float(np.abs(a["p"] - b["p"]).max()) for a, b in zip(both, one, strict=True)
+        ),
     }
 
 
@@ -241,15 +282,20 @@ def data_parallel(result_path: str) -> None:
     class Seen(T.SessionRunHook):
         def __init__(self) -> None:
             self.rows: list = []
+            self.batches: list = []
 
         def begin(self) -> None:
             self.step = T.get_global_step()
 
         def before_run(self, run_context):
-            return T.SessionRunArgs({"step": self.step, "loss": "loss", "accuracy": "accuracy"})
+            return T.SessionRunArgs(
+                {"step": self.step, "loss": "loss", "accuracy": "accuracy", "batch": ("features", "labels")}
+            )
 
         def after_run(self, run_context, run_values) -> None:
-            self.rows.append({key: float(value) for key, value in run_values.results.items()})
+            results = dict(run_values.results)
+            self.batches.append(results.pop("batch"))
+            self.rows.append({key: float(value) for key, value in results.items()})
 
     x, y = make_data()
     results = {"devices": len(jax.devices())}
@@ -261,6 +307,12 @@ def data_parallel(result_path: str) -> None:
         stop = T.StopAtStepHook(last_step=DATA_PARALLEL_STOP)
         model.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0, callbacks=[HookCallback([seen, stop])])
         results[name] = {"rows": seen.rows, "iterations": int(model.optimizer.iterations)}
+        # The global batch's features and labels, in order (10 batches an epoch).
+        results[name]["batches_in_order"] = all(
+            np.array_equal(features, x[i % 10 * 32 : i % 10 * 32 + 32])
+            and np.array_equal(labels, y[i % 10 * 32 : i % 10 * 32 + 32])
+            for i, (features, labels) in enumerate(seen.batches)
+        )
         results[name]["sharded"] = len(model.trainable_variables[0].value.sharding.device_set)
     write(result_path, results)
 

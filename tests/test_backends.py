@@ -25,6 +25,7 @@ CONTRACT_SUITES = (
     "test_model.py",
     "test_seams.py",
     "test_stock_hooks.py",
+    "test_tensors.py",
 )
 TIMEOUT_S = 900
 

@@ -599,7 +599,9 @@ def test_reading_an_empty_collection_a_model_fn_filled_warns_naming_hook_collect
         "HookCallback: Predictions.begin() read the graph collection 'predictions', which is empty. A TF1 "
         "model_fn filled it, and a Keras model does not, so the hook sees nothing there (a count of 0, nothing "
         "to log or broadcast). HookCallback fills GLOBAL_VARIABLES, TRAINABLE_VARIABLES and MODEL_VARIABLES (the "
-        "model's and optimizer's variables) and LOSSES (the loss). Fill this one yourself in a hooks factory, "
+        "model's and optimizer's variables) and LOSSES (the loss). The batch's tensors have names of their "
+        "own: log_tensor('predictions'), 'features', 'labels' and 'sample_weight' (docs: What hooks see, the "
+        "batch's tensors). Fill this one yourself in a hooks factory, "
         "before making the hooks (tf.compat.v1.add_to_collection('predictions', "
         "hooks2callbacks.log_tensor('some_key'))), or change the hook to fetch log keys or variables."
     ]

@@ -98,6 +98,18 @@ def test_mirrored_strategy_hooks_see_global_batch_values_and_each_step_once(mirr
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
+def test_mirrored_strategy_hooks_see_the_global_batch_tensors(mirrored, flavour):
+    """Each replica's half of the batch is gathered: hooks see the whole batch, in order, and the
+    predictions that one device computes for it."""
+    run = mirrored[flavour]
+    assert run["tensor_steps"] == 4
+    assert run["tensor_features_are_the_batches"] and run["tensor_labels_are_the_batches"]
+    assert run["tensor_predictions_shapes"] == [[32, 3]]
+    assert run["tensor_predictions_max_difference"] < 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
 def test_mirrored_strategy_writes_reach_every_replica_and_hooks_begin_in_cross_replica_context(mirrored, flavour):
     run = mirrored[flavour]
     # Rate 0 assigned at session creation, bias [1, 2, 3] in the first step: every replica has them at the end.
@@ -194,6 +206,7 @@ def test_keras_distribution_data_parallel_on_jax_gives_global_batch_values_and_t
     run = json.loads(result.read_text())
     one, both = run["one_device"], run["data_parallel"]
     assert run["devices"] == 2 and both["sharded"] == 2 and one["sharded"] == 1
+    assert one["batches_in_order"] and both["batches_in_order"]
     stop = distributed_run.DATA_PARALLEL_STOP
     assert one["iterations"] == both["iterations"] == stop
     assert [r["step"] for r in both["rows"]] == [r["step"] for r in one["rows"]] == list(range(stop))

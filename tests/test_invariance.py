@@ -238,6 +238,26 @@ def test_steps_per_execution(K):
     assert run.fetched[0].hooks[0].steps == [2, 5, 6, 9, 12, 13]
 
 
+def test_hooks_fetching_the_batch_tensors_every_step(K):
+    """The step that also outputs the batch's tensors trains as Keras's own: with Dropout's
+    noise, sample weights, and validation. (Dropout is seeded: an unseeded Keras 3 Dropout
+    draws differently in a process's first fit than in later ones, with or without HookCallback.)"""
+
+    def build(K: Any) -> Any:
+        return mlp(K, K.layers.Dropout(0.5, seed=2))
+
+    keys = ("loss", "features", "labels", "sample_weight", "predictions")
+    run = assert_untouched(K, build, fit_arrays(sample_weight=SAMPLE_WEIGHT), keys=keys)
+    results = run.fetched[0].hooks[0].results
+    starts = [i * BATCH for i in range(-(-len(X) // BATCH))] * EPOCHS
+    assert len(results) == len(starts)
+    for result, start in zip(results, starts, strict=True):
+        np.testing.assert_array_equal(result["features"], X[start : start + BATCH])
+        np.testing.assert_array_equal(result["labels"], Y[start : start + BATCH])
+        np.testing.assert_array_equal(result["sample_weight"], SAMPLE_WEIGHT[start : start + BATCH])
+        assert result["predictions"].shape == (len(result["labels"]), N_CLASSES)
+
+
 # -- models --------------------------------------------------------------------
 
 
