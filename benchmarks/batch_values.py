@@ -18,6 +18,10 @@ that `fit` uses, what happens between two callbacks for each step:
   keras  `batch` with its compiled step called as Keras calls its own (through
          Keras's Python function): keras/own is what the batch values cost,
          batch/keras what calling the step directly saves.
+  outputs  `batch` on a second, identical model whose step also outputs the
+         batch's predictions (`hooks2callbacks._tensors`), read as a numpy
+         array every step, as a hook that fetches "predictions" makes:
+         outputs/batch is what asking for them costs.
 
 The functions take turns of `--block` calls, `--cycles` turns each. The first
 `--settle` calls of a turn are left out: after the other function ran, the
@@ -89,6 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     wrapped = model.train_function
     wrapped(iterator)  # traced while attached, as in a run
     keys = [slot[0] for slot in wrapped.info.layout]  # type: ignore[attr-defined]
+    # The same model again (same seed), whose step outputs the predictions too.
+    twin = _common.keras_mlp(widths, custom_metric=args.custom_metric)
+    twin.fit(dataset, steps_per_epoch=2, epochs=1, verbose=0)
+    twin_iterator = iter(tf.distribute.get_strategy().experimental_distribute_dataset(dataset))
+    twin_source = BatchSource(twin, "train", tensors=frozenset({"predictions"}))
+    twin_wrapped = twin.train_function
+    twin_wrapped(twin_iterator)
 
     def own_step() -> None:
         pythonify_logs(own(iterator))
@@ -97,6 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         logs = source.logs(pythonify_logs(wrapped(iterator)))
         for key in keys:
             logs[key]
+
+    def outputs_step() -> None:
+        logs = twin_source.logs(pythonify_logs(twin_wrapped(twin_iterator)))
+        for key in keys:
+            logs[key]
+        logs["predictions"]
 
     direct = wrapped._direct  # type: ignore[attr-defined]
 
@@ -107,7 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             wrapped._direct = direct  # type: ignore[attr-defined]
 
-    functions: dict[str, Callable[[], None]] = {"own": own_step, "batch": batch_step, "keras": keras_call_step}
+    functions: dict[str, Callable[[], None]] = {
+        "own": own_step,
+        "batch": batch_step,
+        "keras": keras_call_step,
+        "outputs": outputs_step,
+    }
     for function in functions.values():
         for _ in range(50):
             function()
@@ -123,11 +145,13 @@ def main(argv: list[str] | None = None) -> int:
                 function()
                 times[v, cycle, call] = clock() - t0
     source.close()
+    twin_source.close()
     kept = times[:, :, args.settle :] * 1e6
 
     info = _common.machine_info()
     nodes = {"own": graph_nodes(own), "batch": graph_nodes(wrapped.compiled)}  # type: ignore[attr-defined]
     nodes["keras"] = nodes["batch"]
+    nodes["outputs"] = graph_nodes(twin_wrapped.compiled)  # type: ignore[attr-defined]
     extra = nodes["batch"].copy()
     extra.subtract(nodes["own"])
     print(
@@ -145,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| ratio | of medians | 95% interval | of means |")
     print("|---|---:|---:|---:|")
     rng = np.random.default_rng(0)
-    for a, b in ((1, 0), (2, 0), (1, 2)):
+    for a, b in ((1, 0), (2, 0), (1, 2), (3, 1), (3, 0)):
         r, low, high = _common.ratio_of_medians(kept[a], kept[b], rng)
         names = list(functions)
         print(f"| {names[a]}/{names[b]} | {r:.3f} | {low:.3f} – {high:.3f} | {kept[a].mean() / kept[b].mean():.3f} |")
