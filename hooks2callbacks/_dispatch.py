@@ -166,10 +166,14 @@ def _note_caller(error: BaseException, caller: str, graph: AdapterGraph) -> None
         error.add_note(_EAGER_CAPTURE_HELP)
 
 
-# tf.compat.v1.assign(ref, value) asks `ref.dtype._is_ref_dtype` (a Keras 3 variable's
-# dtype is a string) or calls `ref.assign`, eagerly (a tf_keras variable): neither can
-# write a Keras variable from a TF1 graph, and TF offers no dispatch to make them.
-_ASSIGNS = {f.__code__: f.__name__ for f in (tf.compat.v1.assign, tf.compat.v1.assign_add, tf.compat.v1.assign_sub)}
+# TF's own tf.compat.v1.assign(ref, value) asks `ref.dtype._is_ref_dtype` (a Keras 3
+# variable's dtype is a string) or calls `ref.assign`, eagerly (a tf_keras variable): neither
+# can write a Keras variable from a TF1 graph. tf.compat.v1's are redirected
+# (`_model._redirect_assigns`); TF's own, bound before that, still fail so, with this note.
+_ASSIGNS = {
+    getattr(f, "__wrapped__", f).__code__: f.__name__
+    for f in (tf.compat.v1.assign, tf.compat.v1.assign_add, tf.compat.v1.assign_sub)
+}
 
 
 def _assigned_keras_variable(error: BaseException) -> tuple[str, Any] | None:

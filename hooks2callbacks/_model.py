@@ -35,6 +35,8 @@ need: a run whose hooks never look at them pays nothing for them.
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
@@ -725,6 +727,56 @@ def _register_conversions() -> None:
     # tf_keras variables are tf.Variables; JAX and PyTorch Keras variables reach the registry.
     for kind in (resource_variable_ops.BaseResourceVariable, keras.Variable):
         tensor_conversion_registry.register_tensor_conversion_function(kind, _to_mirror, priority=50)
+
+
+def _redirect_assigns() -> None:
+    """Makes `tf.compat.v1.assign`, `assign_add` and `assign_sub`, given a Keras variable in an op
+    of an adapter graph, write its TF1 variable (the write reaches Keras as any write to it does).
+
+    TF's own cannot take one (they ask `ref.dtype._is_ref_dtype`, a string's in Keras 3, or assign
+    eagerly, tf_keras) and offer no dispatch to register with, so `tf.compat.v1`'s three are
+    replaced, when this package is imported, by wrappers that give TF's own the TF1 variable there
+    and pass every other call unchanged. Code that bound TF's own before
+    (`from tensorflow.compat.v1 import assign` ahead of importing hooks2callbacks) keeps TF's
+    error, with a note naming the TF1 variable (`_dispatch._assign_help`).
+    """
+    # `tf.compat.v1` and `import tensorflow.compat.v1` are two module objects (and two
+    # wrappers around them) made from the same file: both get the wrappers.
+    modules = [importlib.import_module(name) for name in ("tensorflow._api.v2.compat.v1", "tensorflow.compat.v1")]
+    modules += [getattr(m, "_tfmw_wrapped_module", m) for m in modules]
+    for name in ("assign", "assign_add", "assign_sub"):
+        original = getattr(tf.compat.v1, name)
+        original = getattr(original, "__wrapped__", original)
+
+        @functools.wraps(original)
+        def redirected(ref: Any, *args: Any, _original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+            return _original(_tf1_variable(ref), *args, **kwargs)
+
+        for module in modules:
+            if getattr(module, name) is original:
+                setattr(module, name, redirected)
+
+
+_redirect_assigns()
+
+
+def _tf1_variable(ref: Any) -> Any:
+    """`ref`'s TF1 variable where `ref` is a Keras variable used in an adapter graph; else `ref`."""
+    if context.executing_eagerly() or getattr(ref, "_in_graph_mode", False):
+        return ref
+    if not isinstance(ref, (keras.Variable, resource_variable_ops.BaseResourceVariable)):
+        return ref
+    graph = ops.get_default_graph()
+    mirror: ModelMirror | None = getattr(graph, "mirror", None)
+    if mirror is None:
+        return ref
+    if mirror.is_step(ref):
+        return graph.global_step
+    entry = mirror.of_variable(ref)
+    if entry is None:
+        return ref
+    mirror.build()
+    return entry.variable
 
 
 def _to_mirror(value: Any, dtype: Any = None, name: Any = None, as_ref: bool = False) -> Any:

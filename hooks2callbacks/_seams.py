@@ -22,6 +22,10 @@ Each seam, what it reaches, and what happens when that is missing:
   accumulation. AttributeError.
 * `jax_nested_tracer`: the class name of JAX's `jit` tracer. Every traced value
   counts as nested: a BatchValueError, never a wrong value.
+* `_model._redirect_assigns`: `tf.compat.v1` as two module objects made from one
+  file (`tensorflow._api.v2.compat.v1`, and `tensorflow.compat.v1` once imported), each in
+  a `TFModuleWrapper` (`_tfmw_wrapped_module`). A module not found is an ImportError at
+  import; a third one would keep TF's own `assign`, whose error gets its note.
 * `is_default_strategy`, and TensorFlow's private modules imported below (`context`,
   `ops`, `meta_graph`, `training_util`, `tensor_conversion_registry`,
   `resource_variable_ops`, `FileWriterCache`): ImportError at import.
