@@ -298,16 +298,19 @@ def prediction_logs(outputs: Any, model: Any) -> dict[str, Any]:
 
 
 def fed(tensor: tf.Tensor, value: Any, key: str, where: str) -> Any:
-    """A batch value as fed to its placeholder, whose dtype it must fit exactly.
+    """A batch value as fed to its placeholder: floats to its float dtype (Keras's loss casts so
+    too), anything else only where the cast is exact.
 
     Raises:
-        TypeError: The value's dtype does not fit the placeholder's without loss.
+        TypeError: The value does not fit the placeholder's dtype (integers a float32 cannot hold).
     """
     array = np.asarray(value)
     dtype = tensor.dtype.as_numpy_dtype
     if array.dtype == dtype:
         return array
     cast = array.astype(dtype)
+    if array.dtype.kind == "f" and cast.dtype.kind == "f":
+        return cast
     if array.dtype.kind in "biuf" and np.array_equal(
         cast.astype(array.dtype), array, equal_nan=array.dtype.kind == "f"
     ):

@@ -232,6 +232,19 @@ def test_the_step_outputs_only_the_tensors_that_hooks_name(K, values):
     assert isinstance(wrapped, _Wrapped) and wrapped.tensors.wanted >= {"labels"}
 
 
+def test_float64_labels_reach_an_op_over_their_float32_placeholder(K):
+    """Keras's loss casts float labels to the model's float type; an op of a hook does so too."""
+    inputs = K.Input((X.shape[1],))
+    model = K.Model(inputs, K.layers.Dense(1)(inputs))
+    model.compile("sgd", "mse")
+    targets = X[:64, :1].astype("float64") / 3.0
+    hook = Each(lambda graph: {"mean": tf.reduce_mean(log_tensor("labels")), "labels": "labels"})
+    model.fit(X[:64], targets, batch_size=BATCH, shuffle=False, verbose=0, callbacks=[HookCallback([hook])])
+    for i, result in enumerate(hook.results):
+        np.testing.assert_allclose(result["labels"].ravel(), targets[i * BATCH : (i + 1) * BATCH].ravel(), rtol=1e-7)
+        assert result["mean"] == pytest.approx(targets[i * BATCH : (i + 1) * BATCH].mean(), rel=1e-6)
+
+
 def test_an_op_over_a_placeholder_whose_dtype_cannot_hold_the_batch_fails_naming_the_tensor(K):
     """A float32 placeholder for labels of ids above 2**24: a cast would change them silently."""
     inputs = K.Input((X.shape[1],))
