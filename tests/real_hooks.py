@@ -1184,3 +1184,35 @@ class LogPredictionTimeHook(tf.train.SessionRunHook):
     if self._total_tokens > 0:
       tf.logging.info("Tokens per second: %f", self._total_tokens / self._total_time)
 # ============================================================================= end of copy
+
+
+# =============================================================================
+# donatasrep/bert, export_hook.py,
+# commit 1899aadd834bf8bca1f7ba19d37ceb14ee3dc97d. An eval hook that appends
+# what it fetches each batch (a model_fn's tensors it was given: labels,
+# predictions) to a .npy file, one numpy.save per batch. Its imports as there.
+# =============================================================================
+import numpy  # noqa: E402
+from datetime import datetime  # noqa: E402
+import os  # noqa: E402, F811
+from tensorflow.python.training.session_run_hook import SessionRunHook, SessionRunArgs  # noqa: E402
+
+
+class ExportHook(SessionRunHook):
+    """Hook that counts steps per second."""
+
+    def __init__(self, args_to_store, output_dir):
+        self.args_to_store = args_to_store
+        filename = datetime.now().strftime("%Y%m%d-%H%M%S")
+        os.makedirs(os.path.join(output_dir, "eval_results"), exist_ok=True)
+        self.filename = os.path.join(output_dir, "eval_results", filename+".npy")
+
+
+    def before_run(self, run_context):  # pylint: disable=unused-argument
+        return SessionRunArgs(self.args_to_store)
+
+    def after_run(self, run_context, run_values):
+        values = run_values.results
+        with open(self.filename, 'ab+') as f:
+            numpy.save(f, values)
+# ============================================================================= end of copy

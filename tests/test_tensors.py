@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from support import BATCH, TF1_NAMES, fit_in_order, make_data, make_model, run_tf1_mlp, weights_of
+from support import BATCH, TF1_NAMES, fit_in_order, make_data, make_model, run_tf1_mlp, tf1_mlp, weights_of
 
 from hooks2callbacks import BatchValueError, HookCallback, UnknownLogKeyError, log_tensor
 from hooks2callbacks._batch import _Wrapped
@@ -76,6 +76,41 @@ def test_a_hook_over_the_inputs_labels_and_logits_sees_what_it_saw_under_monitor
         np.testing.assert_allclose(new["mean_x"], old["mean_x"], rtol=1e-6)
         assert new["accuracy"] == old["accuracy"]
         np.testing.assert_allclose(new["loss"], old["loss"], atol=1e-5)
+
+
+def exported(directory):
+    """What `real_hooks.ExportHook` appended: one dict of arrays per batch."""
+    (path,) = (directory / "eval_results").glob("*.npy")
+    with open(path, "rb") as file:
+        return [np.load(file, allow_pickle=True).item() for _ in range(2)]
+
+
+def test_bert_export_hook_writes_each_eval_batch_as_under_monitored_session(K, tmp_path):
+    """donatasrep/bert's ExportHook, given a model_fn's labels and logits, appends each eval batch's
+    values to a file: the same arrays under a real MonitoredSession and under HookCallback."""
+    import real_hooks
+
+    def export(graph, directory):
+        return real_hooks.ExportHook(
+            {"labels": graph.get_tensor_by_name("y:0"), "logits": graph.get_tensor_by_name("logits:0")},
+            str(directory),
+        )
+
+    model = make_model(K, layer_names=TF1_NAMES)
+    weights = weights_of(model)
+    with tf.Graph().as_default() as graph:
+        tf1_mlp(weights)
+        with T.MonitoredSession(hooks=[export(graph, tmp_path / "tf1")]) as session:
+            for start in (0, BATCH):
+                session.run("loss:0", {"x:0": X[start : start + BATCH], "y:0": Y[start : start + BATCH]})
+    hooks = HookCallback(
+        lambda: [export(tf.compat.v1.get_default_graph(), tmp_path / "keras")], mode="eval", names=TF1_TO_KERAS
+    )
+    model.evaluate(X[: 2 * BATCH], Y[: 2 * BATCH], batch_size=BATCH, verbose=0, callbacks=[hooks])
+    for old, new in zip(exported(tmp_path / "tf1"), exported(tmp_path / "keras"), strict=True):
+        assert sorted(new) == ["labels", "logits"]
+        np.testing.assert_array_equal(new["labels"], old["labels"])
+        np.testing.assert_allclose(new["logits"], old["logits"], atol=1e-5)
 
 
 def test_the_predictions_are_the_outputs_the_step_computed_its_loss_from(K):
