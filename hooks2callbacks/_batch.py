@@ -594,7 +594,8 @@ class _Wrapped:
             "function, draw it with keras.random and a keras.random.SeedGenerator (Keras 3's random "
             "layers do), with TF's stateless random ops (tf.random.stateless_normal, ...), or with "
             "tf.random.Generator (tf_keras: tf_keras.backend.experimental.enable_tf_random_generator()); "
-            "or pass HookCallback(..., values='running_mean'), which keeps Keras's own step.",
+            "or pass HookCallback(..., values='running_mean') and fetch none of the batch's tensors "
+            "(features, labels, predictions), which keeps Keras's own step.",
             UserWarning,
             stacklevel=2,
         )
