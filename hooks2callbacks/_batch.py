@@ -820,13 +820,15 @@ class BatchSource:
         with _cache_lock:
             entries = _cache.setdefault(model, {})
             wrapped = current if isinstance(current, _Wrapped) else entries.get(mode)
-            stale = wrapped is not None and wrapped.users == 0 and wrapped.original is not current
-            if wrapped is not None and not stale and not wrapped.tensors.covers(tensors) and wrapped.users == 0:
-                # Compiled without them: a new step, which outputs these and the earlier ones,
-                # so that runs asking for either share it.
-                tensors = tensors | frozenset(wrapped.tensors.wanted)
-                stale = True
-            if wrapped is None or stale:
+            if wrapped is not None and wrapped.users == 0:
+                if wrapped.original is not current:
+                    wrapped = None  # a new compile(): Keras's new function
+                elif not wrapped.tensors.covers(tensors):
+                    # Compiled without them: a new step, which outputs these and the earlier
+                    # ones, so that runs asking for either share it.
+                    tensors = tensors | frozenset(wrapped.tensors.wanted)
+                    wrapped = None
+            if wrapped is None:
                 flavour: _Flavour = _TfKeras() if _is_tf_keras(model) else _Keras3()
                 wrapped = entries[mode] = _Wrapped(model, mode, flavour)
             if not wrapped.tensors.want(tensors):
@@ -938,11 +940,11 @@ class BatchLogs(Mapping[str, Any]):
         return batch
 
     def __getitem__(self, key: str) -> Any:
-        if self._outputs is not None and _tensors.root_of(key) is not None:
-            return self._tensor(key)
         batch = self._unpacked()
         if key in batch:
             return batch[key]
+        if self._outputs is not None and _tensors.root_of(key) is not None:
+            return self._tensor(key)
         why = self._underivable.get(key)
         if why is not None:
             raise BatchValueError(
@@ -958,10 +960,18 @@ class BatchLogs(Mapping[str, Any]):
     def _tensor(self, key: str) -> Any:
         outputs = cast(_tensors.Outputs, self._outputs)
         try:
-            return outputs.value(key, self._tensors, self._arrays)
+            leaves = outputs.leaves(key)
         except LookupError:
             why = outputs.explain(key)
             raise BatchValueError(f"The batch tensor {key!r} has no value in this step: {why}.") from None
+        return keras.tree.map_structure(self._array, leaves)
+
+    def _array(self, leaf: str) -> Any:
+        """One leaf's value, brought to numpy once a step (a root and its parts share it)."""
+        array = self._arrays.get(leaf)
+        if array is None:
+            array = self._arrays[leaf] = _to_numpy(self._tensors[leaf])
+        return array
 
     def __contains__(self, key: object) -> bool:
         return key in self._logs

@@ -762,43 +762,45 @@ _redirect_assigns()
 
 def _tf1_variable(ref: Any) -> Any:
     """`ref`'s TF1 variable where `ref` is a Keras variable used in an adapter graph; else `ref`."""
-    if context.executing_eagerly() or getattr(ref, "_in_graph_mode", False):
-        return ref
     if not isinstance(ref, (keras.Variable, resource_variable_ops.BaseResourceVariable)):
         return ref
+    found = _mirrored(ref)
+    return ref if found is None or found is _NOT_MODELS else found
+
+
+def _mirrored(value: Any) -> Any:
+    """The TF1 variable standing for eager variable `value` in the default adapter graph:
+    the global step's or its mirror entry's; `_NOT_MODELS` where the model has no such
+    variable; None outside an adapter graph (or eagerly, or for a graph variable)."""
+    if context.executing_eagerly() or getattr(value, "_in_graph_mode", False):
+        return None
     graph = ops.get_default_graph()
     mirror: ModelMirror | None = getattr(graph, "mirror", None)
     if mirror is None:
-        return ref
-    if mirror.is_step(ref):
+        return None
+    if mirror.is_step(value):
         return graph.global_step
-    entry = mirror.of_variable(ref)
+    entry = mirror.of_variable(value)
     if entry is None:
-        return ref
+        return _NOT_MODELS
     mirror.build()
     return entry.variable
 
 
+_NOT_MODELS = object()
+
+
 def _to_mirror(value: Any, dtype: Any = None, name: Any = None, as_ref: bool = False) -> Any:
-    if context.executing_eagerly():
-        return NotImplemented
-    graph = ops.get_default_graph()
-    mirror: ModelMirror | None = getattr(graph, "mirror", None)
-    if mirror is None or getattr(value, "_in_graph_mode", False):
+    variable = _mirrored(value)
+    if variable is None:
         return NotImplemented  # not an adapter graph, or a variable of a graph
-    if mirror.is_step(value):
-        variable = graph.global_step
-    else:
-        entry = mirror.of_variable(value)
-        if entry is None:
-            caller = getattr(getattr(graph, "owner", None), "caller", "a hook")
-            raise ValueError(
-                f"{caller} used the eager variable {getattr(value, 'name', value)!r} in an op of the "
-                "adapter graph, and it is neither the Keras model's nor its optimizer's, so it has "
-                "no TF1 variable there (TF cannot capture an eager value into a TF1 graph). Give it "
-                "one with HookCallback(names={'some_name': variable}), or use the model's variables: "
-                "tf.compat.v1.trainable_variables(), or by name such as 'dense/kernel:0'."
-            )
-        mirror.build()
-        variable = entry.variable
+    if variable is _NOT_MODELS:
+        caller = getattr(getattr(ops.get_default_graph(), "owner", None), "caller", "a hook")
+        raise ValueError(
+            f"{caller} used the eager variable {getattr(value, 'name', value)!r} in an op of the "
+            "adapter graph, and it is neither the Keras model's nor its optimizer's, so it has "
+            "no TF1 variable there (TF cannot capture an eager value into a TF1 graph). Give it "
+            "one with HookCallback(names={'some_name': variable}), or use the model's variables: "
+            "tf.compat.v1.trainable_variables(), or by name such as 'dense/kernel:0'."
+        )
     return ops.convert_to_tensor(variable, dtype=dtype, name=name, as_ref=as_ref)

@@ -126,11 +126,11 @@ class AdapterSession:
             self._synced_step = step
         if plan.loads:
             graph.mirror.load(session, plan.loads)
-        feeds = {graph.log_tensors[k]: log_value(logs, k, where) for k in plan.fed_keys}
+        feeds = {}
         for k in plan.fed_keys:
-            if root_of(k) is not None:  # its placeholder's dtype was chosen before the first step
-                tensor = graph.log_tensors[k]
-                feeds[tensor] = fed(tensor, feeds[tensor], k, where)
+            tensor, value = graph.log_tensors[k], log_value(logs, k, where)
+            # A batch tensor's placeholder dtype was chosen before the first step.
+            feeds[tensor] = value if root_of(k) is None else fed(tensor, value, k, where)
         if plan.reads:
             feeds.update(graph.mirror.feeds(plan.reads))
         if feed_dict:

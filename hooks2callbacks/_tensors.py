@@ -108,14 +108,14 @@ def record_predictions(
 class Outputs:
     """Which batch names a compiled step outputs, their structure, and why a name has no value.
 
-    Args:
-        wanted: The names hooks asked for; it may grow until the step is traced.
+    `wanted` (the names hooks asked for) may grow until the step is traced.
     """
 
-    def __init__(self, wanted: frozenset[str] = frozenset()) -> None:
-        self.wanted = set(wanted)
+    def __init__(self) -> None:
+        self.wanted: set[str] = set()
         self.traced = False
-        self.trees: dict[str, Any] = {}  # root -> its structure, with leaf names as leaves
+        # Each name (a root, a part, a leaf) -> its structure, with leaf names as leaves.
+        self.parts: dict[str, Any] = {}
         self.why: dict[str, str] = {}  # a wanted name -> why the step has no value for it
 
     def covers(self, names: frozenset[str]) -> bool:
@@ -149,14 +149,13 @@ class Outputs:
         x, y, sample_weight = flavour_unpack(data)
         found = {"features": x, "labels": y, "sample_weight": sample_weight, "predictions": y_pred}
         leaves: dict[str, Any] = {}
-        trees: dict[str, Any] = {}
+        parts: dict[str, Any] = {}
         why: dict[str, str] = {}
         for root, value in found.items():
             if value is None:
                 continue
             names = _input_names(model) if root == "features" else _output_names(model)
-            trees[root], flat = _name_leaves(root, value, names)
-            leaves.update(flat)
+            leaves.update(_name_leaves(root, value, names, parts))
         out: dict[str, Any] = {}
         for name in sorted(self.wanted):
             chosen = {k: v for k, v in leaves.items() if k == name or k.startswith(name + "/")}
@@ -165,7 +164,7 @@ class Outputs:
             else:
                 why[name] = self._why_none(name, found, leaves)
         # Set whole: under tf.distribute every replica's thread traces the step, to the same result.
-        self.trees, self.why = trees, why
+        self.parts, self.why = parts, why
         return _gathered(out)
 
     @staticmethod
@@ -182,20 +181,15 @@ class Outputs:
             )
         return f"the step's data has no {root} (fit()/evaluate() were given none)"
 
-    def value(self, name: str, tensors: Mapping[str, Any], cache: dict[str, Any]) -> Any:
-        """The value of batch name `name` in a step: a numpy array, or a dict or list of them.
+    def leaves(self, name: str) -> Any:
+        """The leaf names that batch name `name` stands for: its own, or its part's structure of them.
 
         Raises:
             LookupError: The step outputs no value for `name` (`explain` says why).
         """
         if name not in self.wanted or name in self.why:
             raise LookupError(name)
-        if name in tensors:
-            return _numpy(name, tensors, cache)
-        tree = self.trees[root_of(name) or name]
-        for part in name.split("/")[1:]:
-            tree = tree[int(part)] if isinstance(tree, list) else tree[part]
-        return keras.tree.map_structure(lambda leaf: _numpy(leaf, tensors, cache), tree)
+        return self.parts[name]
 
     def explain(self, name: str) -> str:
         """Why `name` has no value in this step's outputs."""
@@ -209,28 +203,23 @@ class Outputs:
         )
 
 
-def _numpy(name: str, tensors: Mapping[str, Any], cache: dict[str, Any]) -> Any:
-    value = cache.get(name)
-    if value is None:
-        tensor = tensors[name]
-        value = cache[name] = tensor.numpy() if isinstance(tensor, tf.Tensor) else keras.ops.convert_to_numpy(tensor)
-    return value
-
-
-def _name_leaves(prefix: str, value: Any, names: list[str] | None) -> tuple[Any, dict[str, Any]]:
-    """`value`'s structure with each leaf replaced by its name, and the leaves by name."""
+def _name_leaves(prefix: str, value: Any, names: list[str] | None, parts: dict[str, Any]) -> dict[str, Any]:
+    """The leaves of `value` by name; puts each name's structure of leaf names in `parts`."""
     if isinstance(value, Mapping):
-        tree: dict[str, Any] = {}
-        flat: dict[str, Any] = {}
-        for key in value:
-            tree[key], part = _name_leaves(f"{prefix}/{key}", value[key], None)
-            flat.update(part)
-        return tree, flat
-    if isinstance(value, (list, tuple)):
+        labels = [str(key) for key in value]
+        values = list(value.values())
+    elif isinstance(value, (list, tuple)):
         labels = names if names is not None and len(names) == len(value) else [str(i) for i in range(len(value))]
-        parts = [_name_leaves(f"{prefix}/{label}", v, None) for label, v in zip(labels, value, strict=True)]
-        return [t for t, _ in parts], {k: v for _, f in parts for k, v in f.items()}
-    return prefix, {prefix: value}
+        values = list(value)
+    else:
+        parts[prefix] = prefix
+        return {prefix: value}
+    leaves: dict[str, Any] = {}
+    for label, part in zip(labels, values, strict=True):
+        leaves.update(_name_leaves(f"{prefix}/{label}", part, None, parts))
+    children = [parts[f"{prefix}/{label}"] for label in labels]
+    parts[prefix] = dict(zip(labels, children, strict=True)) if isinstance(value, Mapping) else children
+    return leaves
 
 
 def _input_names(model: Any) -> list[str] | None:
@@ -292,7 +281,7 @@ def _sparse_loss(model: Any, part: str | None) -> bool:
 
 def prediction_logs(outputs: Any, model: Any) -> dict[str, Any]:
     """In predict: the batch names of the predicted batch (`predictions` and its leaves)."""
-    _, flat = _name_leaves("predictions", outputs, _output_names(model))
+    flat = _name_leaves("predictions", outputs, _output_names(model), {})
     flat["predictions"] = outputs
     return flat
 
