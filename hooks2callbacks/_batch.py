@@ -6,14 +6,17 @@ two means is exact only for equal-size, unweighted batches, so the values are
 computed inside Keras's own compiled step instead:
 
     wrapped_step(data):                  # the model's own step, wrapped
-        logs = model's step(data)        # untouched: Keras's state and logs stay its own
+        logs = model's step(data)        # untouched: Keras's state and logs stay its own,
+                                         # and so is its graph: no op of it gains an input
+                                         # or a control output (graph rewrites see those)
         for each metric the step updated (recorded by its `update_state`):
             state = what its update added to each state variable (one
                     `assign_add` each: that is the state of the batch alone),
                     else its reset state updated with the same arguments
                     (Keras 3's stateless API; a custom metric's too)
             (summed across replicas under tf.distribute: the global batch)
-            value = the metric's result on that state    # the batch's own value
+            value = the metric's result on that state, read without writing
+                    its variables                # the batch's own value
         return logs without their float32 scalars
                + {BATCH: pack(those scalars, the values)}    # one output
 
@@ -72,7 +75,10 @@ from hooks2callbacks._seams import (
 )
 
 # The log key that carries the batch values out of the step; no Keras metric is named so.
-BATCH_KEY = "__hooks2callbacks_batch_values__"
+# It sorts after every log key Keras makes: tf_keras orders its step counter's update after
+# the step's *first* output (`_minimum_control_deps`, in tf.nest's sorted order), which must
+# stay one of Keras's own.
+BATCH_KEY = "~hooks2callbacks_batch_values"
 # Where one key's batch value sits in the packed output: (key, start, stop, shape),
 # shape None for a scalar.
 Slot = tuple[str, int, int, "tuple[int, ...] | None"]
@@ -120,6 +126,10 @@ class _Recording(threading.local):
         self.taps: dict[int, list[Any]] | None = None
         self.other_writes: list[Any] = []
         self.adding = 0  # inside a watched assign_add, whose own assign is that add
+        # The metrics whose update is being recorded: the train and the eval step of one
+        # fit (validation) both patch the same metrics and variables, and an update or an
+        # add is recorded once, by the outermost patch.
+        self.updating: set[int] = set()
 
 
 _recording = _Recording()
@@ -160,7 +170,7 @@ def _watch(variable: Any, patches: _Patches) -> None:
     def make_assign_add(original: Callable[..., Any]) -> Callable[..., Any]:
         def assign_add(value: Any, *args: Any, **kwargs: Any) -> Any:
             added = None if _recording.taps is None else _recording.taps.get(id(variable))
-            if added is None:
+            if added is None or _recording.adding:
                 return original(value, *args, **kwargs)
             added.append(value)
             _recording.adding += 1
@@ -184,14 +194,6 @@ def _watch(variable: Any, patches: _Patches) -> None:
     patches.set(variable, "assign_sub", make_other)
 
 
-def _as_state(variable: Any, added: Any) -> Any:
-    """What `variable.assign_add(added)` adds to zeros: `added` in the variable's dtype and shape."""
-    value = keras.ops.convert_to_tensor(added, dtype=variable.dtype)
-    if tuple(value.shape) != tuple(variable.shape):
-        value = keras.ops.broadcast_to(value, variable.shape)
-    return value
-
-
 class _Flavour:
     """How one Keras flavour's metrics are recorded; see `_Keras3` and `_TfKeras`."""
 
@@ -207,12 +209,61 @@ class _Flavour:
 
     def watch(self, metric: Any, patches: _Patches) -> None:
         """Prepares `metric` for `record_update`, for a run (undone with `patches`)."""
+        for variable in metric.variables:
+            _watch(variable, patches)
 
     def record_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        """Runs `metric`'s own update, recording its batch state in `_recording.states`.
+
+        Keras's own metrics reset to zeros and add each batch's contribution with
+        one `assign_add` per variable, so the value added *is* the state of that
+        batch alone, to the bit (0 + x = x): the metric's own update is watched,
+        and nothing is computed twice, nor written, nor ordered differently. The
+        training computation is the graph Keras builds: no op of it gains an input
+        or a control output, which graph rewrites (oneDNN's fusions) would see.
+        """
+        if not derivable(metric):
+            return self.record_own_update(metric, original, args, kwargs)
+        variables = list(metric.variables)
+        taps: dict[int, list[Any]] = {id(v): [] for v in variables}
+        saved = _recording.taps, _recording.other_writes
+        _recording.taps, _recording.other_writes = taps, []
+        try:
+            result = original(*args, **kwargs)
+            other_writes = _recording.other_writes
+        finally:
+            _recording.taps, _recording.other_writes = saved
+        added = [taps[id(v)] for v in variables]
+        made_now = len(metric.variables) != len(variables)
+        if not other_writes and not made_now and all(len(a) == 1 for a in added):
+            batch: Any = [self.as_state(v, a[0]) for v, a in zip(variables, added, strict=True)]
+        else:  # another kind of update (or variables it made just now)
+            batch = self.apart(metric, args, kwargs, made_now)
+        previous = _recording.states.get(metric)
+        if isinstance(previous, str):
+            return result
+        if not isinstance(batch, str) and jax_nested_tracer(batch):
+            batch = _IN_JAX_GRADIENT
+        if isinstance(batch, str) or previous is None:
+            _recording.states[metric] = batch
+        else:  # a second update in the step: both batches' contributions
+            _recording.states[metric] = [p + b for p, b in zip(previous, batch, strict=True)]
+        return result
+
+    def record_own_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        """`record_update` for a metric whose class defines its own `update_state`."""
+        raise NotImplementedError
+
+    def as_state(self, variable: Any, added: Any) -> Any:
+        """What `variable.assign_add(added)` adds to zeros: `added` in the variable's dtype and shape."""
+        raise NotImplementedError
+
+    def apart(self, metric: Any, args: Any, kwargs: Any, made_now: bool) -> Any:
+        """The batch state of a Keras metric that did not add once per variable, or why it has none."""
         raise NotImplementedError
 
     def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
-        """The batch values of `metrics` from their batch `states`."""
+        """The batch values of `metrics` from their batch `states` (a str: why one has none)."""
         raise NotImplementedError
 
     def pack(self, values: list[Any]) -> Any:
@@ -231,46 +282,24 @@ class _Keras3(_Flavour):
     def containers(self, model: Any) -> list[Any]:
         return keras3_metric_containers(model)
 
-    def watch(self, metric: Any, patches: _Patches) -> None:
-        for variable in metric.variables:
-            _watch(variable, patches)
-
-    def record_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        if not derivable(metric):
-            # Its own update_state need not add: its batch state is that update run
-            # again, apart, from its reset state, where that is exact (`_why_no_rerun`).
-            result = original(*args, **kwargs)
-            why = "this step updated twice" if metric in _recording.states else _why_no_rerun(metric, args, kwargs)
-            batch = self._from_reset(metric, args, kwargs) if why is None else why
-            nested = not isinstance(batch, str) and jax_nested_tracer(batch)
-            _recording.states[metric] = _IN_JAX_GRADIENT if nested else batch
-            return result
-        # Keras's own metrics reset to zeros and add each batch's contribution with
-        # one `assign_add` per variable, so the value added *is* the state of that
-        # batch alone, to the bit (0 + x = x): the metric's own update is watched,
-        # and nothing is computed twice.
-        variables = list(metric.variables)
-        taps: dict[int, list[Any]] = {id(v): [] for v in variables}
-        saved = _recording.taps, _recording.other_writes
-        _recording.taps, _recording.other_writes = taps, []
-        try:
-            result = original(*args, **kwargs)
-            other_writes = _recording.other_writes
-        finally:
-            _recording.taps, _recording.other_writes = saved
-        added = [taps[id(v)] for v in variables]
-        if not other_writes and len(metric.variables) == len(variables) and all(len(a) == 1 for a in added):
-            batch = [_as_state(v, a[0]) for v, a in zip(variables, added, strict=True)]
-        else:  # another kind of update (or variables it made just now): from the reset state, apart
-            batch = self._from_reset(metric, args, kwargs)
-        previous = _recording.states.get(metric)
-        if isinstance(previous, str):
-            return result
-        if jax_nested_tracer(batch):
-            _recording.states[metric] = _IN_JAX_GRADIENT
-            return result
-        _recording.states[metric] = batch if previous is None else [p + b for p, b in zip(previous, batch, strict=True)]
+    def record_own_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        # Its own update_state need not add: its batch state is that update run
+        # again, apart, from its reset state, where that is exact (`_why_no_rerun`).
+        result = original(*args, **kwargs)
+        why = "this step updated twice" if metric in _recording.states else _why_no_rerun(metric, args, kwargs)
+        batch = self._from_reset(metric, args, kwargs) if why is None else why
+        nested = not isinstance(batch, str) and jax_nested_tracer(batch)
+        _recording.states[metric] = _IN_JAX_GRADIENT if nested else batch
         return result
+
+    def as_state(self, variable: Any, added: Any) -> Any:
+        value = keras.ops.convert_to_tensor(added, dtype=variable.dtype)
+        if tuple(value.shape) != tuple(variable.shape):
+            value = keras.ops.broadcast_to(value, variable.shape)
+        return value
+
+    def apart(self, metric: Any, args: Any, kwargs: Any, made_now: bool) -> Any:
+        return self._from_reset(metric, args, kwargs)
 
     @staticmethod
     def _from_reset(metric: Any, args: Any, kwargs: Any) -> list[Any]:
@@ -313,14 +342,11 @@ def _result_of(metric: Any, state: list[Any]) -> Any:
 
 
 class _TfKeras(_Flavour):
-    """tf_keras: no stateless API, so the metric's own variables hold the batch state for a moment.
+    """tf_keras: no stateless API, so a metric's result on its batch state is read with the
+    state in place of its variables, as the attributes that hold them, for that one call.
 
-    In the update: the state is saved, zeroed, updated with the batch, read, and
-    restored as saved + batch, which is what the metric's single `assign_add` per
-    variable gives, to the bit. At the step's end, the batch state is summed
-    across replicas, put in the variables, the class's own `result` (not the
-    instance's, which tf_keras wraps in a cross-replica merge) read, and the
-    state put back.
+    The batch state is what the metric's update added (see `_Flavour.record_update`);
+    nothing writes the metric's variables but its own update.
     """
 
     def leaves(self, model: Any) -> list[Any]:
@@ -333,45 +359,31 @@ class _TfKeras(_Flavour):
     def containers(self, model: Any) -> list[Any]:
         return tf_keras_metric_containers(model)
 
-    def record_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        if not derivable(metric):
-            # Its own update_state need not add: a state zeroed and put back as saved +
-            # batch would change what it reports to Keras (a running maximum).
-            _recording.states[metric] = None
-            return original(*args, **kwargs)
-        if metric in _recording.states:
-            # A second update in one step: its batch state would not start at zero.
-            _recording.states[metric] = "this step updated twice"
-            return original(*args, **kwargs)
-        variables = metric.variables
-        if not variables:  # made in its first update (F1Score): none to zero beforehand
-            _recording.states[metric] = "makes its state in its first update, in the step"
-            return original(*args, **kwargs)
-        # Not before the batch exists: TF orders ops on different resources only by
-        # their data, and a step whose iterator is exhausted fails at its get_next;
-        # zeroing the state first would leave it zeroed, as the epoch's logs.
-        with tf.control_dependencies([t for t in tf.nest.flatten((args, kwargs)) if tf.is_tensor(t)]):
-            saved = [tf.identity(v) for v in variables]
-            for v in variables:
-                v.assign(tf.zeros_like(v))
-        update = original(*args, **kwargs)
-        with tf.control_dependencies([] if update is None else [update]):
-            batch = [tf.identity(v) for v in variables]
-        _recording.states[metric] = batch
-        return tf.group([v.assign(s + b) for v, s, b in zip(variables, saved, batch, strict=True)])
+    def record_own_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        # Its own update_state need not add, and tf_keras cannot run it apart from its state.
+        _recording.states[metric] = None
+        return original(*args, **kwargs)
+
+    def as_state(self, variable: Any, added: Any) -> Any:
+        value = tf.convert_to_tensor(added, dtype=variable.dtype)  # as `assign_add` converts it
+        if value.shape != variable.shape:
+            value = tf.broadcast_to(value, variable.shape)
+        return value
+
+    def apart(self, metric: Any, args: Any, kwargs: Any, made_now: bool) -> Any:
+        if made_now:  # F1Score
+            return "makes its state in its first update, in the step"
+        return (
+            "updates its state otherwise than by adding the batch's contribution to each "
+            "variable once, and tf_keras cannot run that update apart from the metric's state"
+        )
 
     def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
-        values: list[Any] = []
-        for metric, state in zip(metrics, _sum_across_replicas(states), strict=True):
-            variables = metric.variables
-            saved = [tf.identity(v) for v in variables]
-            for v, value in zip(variables, state, strict=True):
-                v.assign(value)
-            values.append(tf.identity(type(metric).result(metric)))
-            with tf.control_dependencies(values[-1:]):
-                for v, value in zip(variables, saved, strict=True):
-                    v.assign(value)
-        return values
+        # The class's own `result`, not the instance's, which tf_keras wraps in a cross-replica merge.
+        return [
+            _with_state(metric, state, type(metric).result)
+            for metric, state in zip(metrics, _sum_across_replicas(states), strict=True)
+        ]
 
     def pack(self, values: list[Any]) -> Any:
         dtype = tf.float64 if any(v.dtype == tf.float64 for v in values) else tf.float32
@@ -385,6 +397,31 @@ class _TfKeras(_Flavour):
                 lambda strategy, per_replica: strategy.experimental_local_results(per_replica)[0], args=(packed,)
             )
         return packed
+
+
+def _with_state(metric: Any, state: list[Any], result: Callable[[Any], Any]) -> Any:
+    """`result(metric)` with `state` in place of the metric's variables; a str: why it cannot be read so.
+
+    The attributes of `metric` that hold its variables hold the state tensors
+    for the call: nothing is written, and the step's graph gains no op on the
+    metric's variables.
+    """
+    variables = list(metric.variables)
+    held = {name: value for name, value in vars(metric).items() if any(value is v for v in variables)}
+    if sorted(id(v) for v in held.values()) != sorted(id(v) for v in variables):
+        return "holds its state variables other than as its attributes, so its result cannot be read on a batch state"
+    swap = {name: state[next(i for i, v in enumerate(variables) if v is value)] for name, value in held.items()}
+    for name, value in swap.items():
+        object.__setattr__(metric, name, value)
+    try:
+        return tf.identity(result(metric))
+    except (AttributeError, TypeError) as error:
+        # A `result()` that calls a variable's own methods (`read_value()`): the key
+        # has no batch value, and a hook that fetches it gets this reason.
+        return f"computes its result with its variables' own methods, not their values ({error})"
+    finally:
+        for name, value in held.items():
+            object.__setattr__(metric, name, value)
 
 
 def _sum_across_replicas(states: list[Any]) -> list[Any]:
@@ -479,14 +516,20 @@ class _Wrapped:
         self._patches.set(model, self._step_name, lambda original: wrapped_step)
 
     def _patch_metrics(self, model: Any) -> None:
-        flavour = self._flavour
+        flavour, patches = self._flavour, self._patches
 
         def patch_leaf(metric: Any) -> None:
             def make_update(original: Callable[..., Any]) -> Callable[..., Any]:
                 def update_state(*args: Any, **kwargs: Any) -> Any:
-                    if not _recording.active or _recording.inside:
+                    if not _recording.active or _recording.inside or id(metric) in _recording.updating:
                         return original(*args, **kwargs)
-                    return flavour.record_update(metric, original, args, kwargs)
+                    _recording.updating.add(id(metric))
+                    # Variables its first update made (in an earlier trace) are watched from now on.
+                    flavour.watch(metric, patches)
+                    try:
+                        return flavour.record_update(metric, original, args, kwargs)
+                    finally:
+                        _recording.updating.discard(id(metric))
 
                 return update_state
 
@@ -557,6 +600,11 @@ class _Wrapped:
                 derived.append((key, metric, tuple(int(d) for d in value.shape)))
             else:
                 underivable[key] = why
+        values = self._flavour.batch_values([m for _, m, _ in derived], [states[m] for _, m, _ in derived])
+        for (key, metric, _), value in zip(derived, values, strict=True):
+            if isinstance(value, str):
+                underivable[key] = f"it is the result of the metric {_metric_name(metric)}, which {value}"
+        derived, values = [d for d in derived if d[0] not in underivable], [v for v in values if not isinstance(v, str)]
         # TF's Python handling of a function's outputs, and Keras's conversion of
         # each log value, cost several µs a step per value: Keras's own scalar logs
         # travel in the batch values' output, to be converted with them, once.
@@ -565,11 +613,9 @@ class _Wrapped:
         info.layout = _layout([(key, shape) for key, _, shape in derived], start=len(folded))
         info.underivable = underivable
         if derived or folded:
-            values = [logs[k] for k in folded]
-            if derived:
-                values += self._flavour.batch_values([m for _, m, _ in derived], [states[m] for _, m, _ in derived])
+            packed = [logs[k] for k in folded] + values
             logs = {k: v for k, v in logs.items() if k not in folded}
-            logs[BATCH_KEY] = self._flavour.pack(values)
+            logs[BATCH_KEY] = self._flavour.pack(packed)
         if tensors:
             logs = {**logs, _tensors.TENSORS_KEY: tensors}
         return (logs, *out[1:]) if self._jax else logs
@@ -724,8 +770,12 @@ def _direct_step(function: Any) -> Any:
     return tf.function(step, autograph=False)
 
 
+def _metric_name(metric: Any) -> str:
+    return f"{type(metric).__name__}(name={getattr(metric, 'name', '?')!r})"
+
+
 def _why_underivable(metric: Any, states: Mapping[Any, Any], value: Any) -> str | None:
-    name = f"{type(metric).__name__}(name={getattr(metric, 'name', '?')!r})"
+    name = _metric_name(metric)
     if not derivable(metric) and states.get(metric) is None:  # tf_keras: no batch state is computed
         return (
             f"it is the result of the metric {name}, whose class defines its own update_state, "

@@ -50,7 +50,7 @@ from hooks2callbacks._seams import jax_nested_tracer
 
 ROOTS = ("features", "labels", "sample_weight", "predictions")
 # The log key that carries the batch's tensors out of the step; no Keras metric is named so.
-TENSORS_KEY = "__hooks2callbacks_batch_tensors__"
+TENSORS_KEY = "~hooks2callbacks_batch_tensors"  # sorts last, as `_batch.BATCH_KEY` (why there)
 
 
 def root_of(key: str) -> str | None:

@@ -22,6 +22,7 @@ from typing import Any
 import keras
 import numpy as np
 import pytest
+import step_graph
 import tensorflow as tf
 from support import N_CLASSES, N_FEATURES, RunningMax, iterations, make_data
 
@@ -341,15 +342,19 @@ def test_batch_norm_dropout_and_keras_random_layers(K):
     assert_untouched(K, build, fit_arrays(), keys=("loss", "accuracy"))
 
 
-def test_mixed_precision(K):
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision(K, policy):
+    """On a CPU with 16-bit oneDNN kernels this compares fused kernels too; the graph
+    tests below check on every CPU that the step leaves them fusable."""
+
     def build(K: Any) -> Any:
-        K.mixed_precision.set_global_policy("mixed_float16")
+        K.mixed_precision.set_global_policy(policy)
         try:
             return mlp(K)
         finally:
             K.mixed_precision.set_global_policy("float32")
 
-    assert_untouched(K, build, fit_arrays(), keys=("loss", "accuracy"))
+    assert_untouched(K, build, fit_arrays(), keys=("loss", "accuracy", "predictions"))
 
 
 # -- optimizers ----------------------------------------------------------------
@@ -576,3 +581,90 @@ def test_a_step_without_stateful_random_ops_does_not_warn(K):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[HookCallback(Fetch(("loss",)))])
+
+
+# -- the step's graph ------------------------------------------------------------
+#
+# On a CPU with 16-bit oneDNN kernels (avx512_fp16, amx_bf16), a Keras op that gains
+# a control output is no longer fused, and rounds otherwise: the weights differ
+# there and nowhere else. These check the graph itself, on any CPU (`step_graph`).
+
+
+def _step_graphs(K: Any, mode: str, keys: tuple[str, ...], policy: str) -> tuple[Any, Any]:
+    """The graphs of Keras's own compiled step and of the step HookCallback runs, for one model."""
+    K.mixed_precision.set_global_policy(policy)
+    try:
+        model = mlp(K)
+    finally:
+        K.mixed_precision.set_global_policy("float32")
+    name = "train_function" if mode == "train" else "test_function"
+    model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0) if mode == "train" else model.evaluate(
+        X, Y, batch_size=BATCH, verbose=0
+    )
+    original = step_graph.traced(getattr(model, name), X, Y, BATCH)
+    graphs: list[Any] = []
+
+    class Grab(K.callbacks.Callback):
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if not graphs:
+                graphs.append(step_graph.traced(getattr(model, name), X, Y, BATCH))
+
+        on_test_batch_end = on_train_batch_end
+
+    callbacks = [HookCallback(Fetch(keys), mode=mode, values="batch"), Grab()]
+    if mode == "train":
+        model.fit(X, Y, batch_size=BATCH, epochs=1, verbose=0, callbacks=callbacks)
+    else:
+        model.evaluate(X, Y, batch_size=BATCH, verbose=0, callbacks=callbacks)
+    assert graphs, "the wrapped step was not traced"
+    return original, graphs[0]
+
+
+FETCHES = {"values": ("loss", "accuracy"), "tensors": ("features", "labels", "predictions")}
+
+
+# Every mode and fetch at float32; the 16-bit policies (whose train step scales the loss) in training.
+CASES = [
+    *((mode, fetch, "float32") for mode in ("train", "eval") for fetch in sorted(FETCHES)),
+    *(("train", fetch, policy) for policy in ("mixed_float16", "mixed_bfloat16") for fetch in sorted(FETCHES)),
+]
+
+
+@TF_ONLY
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, fetch, policy", CASES, ids=["-".join(case) for case in CASES])
+def test_the_wrapped_step_leaves_keras_training_computation_as_keras_built_it(K, mode, fetch, policy):
+    original, wrapped = _step_graphs(K, mode, FETCHES[fetch], policy)
+    found = step_graph.changes(original, wrapped)
+    assert not found, "\n".join(found)
+
+
+@TF_ONLY
+def test_the_graph_check_sees_a_control_output_and_an_input_added():
+    """What the check is for: a dependency that graph rewrites see fails it; a new data consumer does not."""
+    w = tf.Variable(tf.ones((4, 3)))
+    total = tf.Variable(0.0)
+    spec = tf.TensorSpec((None, 4))
+
+    def keras_like(x: Any) -> Any:
+        y = tf.nn.bias_add(tf.matmul(x, w), tf.zeros(3))
+        total.assign_add(tf.reduce_sum(y))
+        return y
+
+    def reads_y(x: Any) -> Any:  # a new data consumer: allowed
+        y = keras_like(x)
+        return y, tf.reduce_max(y)
+
+    def depends_on_y(x: Any) -> Any:  # the old tf_keras batch state: a control output on the BiasAdd
+        y = tf.nn.bias_add(tf.matmul(x, w), tf.zeros(3))
+        with tf.control_dependencies([y]):
+            copy = tf.identity(total)
+        total.assign_add(tf.reduce_sum(y))
+        return y, copy
+
+    def graph(function: Callable[..., Any]) -> Any:
+        return tf.function(function).get_concrete_function(spec).graph
+
+    assert step_graph.changes(graph(keras_like), graph(reads_y)) == []
+    found = step_graph.changes(graph(keras_like), graph(depends_on_y))
+    assert any(line.startswith("gained a control output: /BiasAdd") for line in found), found
