@@ -2,6 +2,7 @@
 
 from hooks2callbacks._batch import BatchValueError
 from hooks2callbacks._checkpoint import TF1Restore, restore_checkpoint, restore_tf1_checkpoint
+from hooks2callbacks._estimator import estimator_hooks, install_estimator_aliases
 from hooks2callbacks._fetch import UnknownLogKeyError
 from hooks2callbacks._graph import log_tensor
 from hooks2callbacks.callback import HookCallback
@@ -11,6 +12,8 @@ __all__ = [
     "HookCallback",
     "TF1Restore",
     "UnknownLogKeyError",
+    "estimator_hooks",
+    "install_estimator_aliases",
     "log_tensor",
     "restore_checkpoint",
     "restore_tf1_checkpoint",
