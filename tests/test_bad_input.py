@@ -463,6 +463,14 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         UnknownLogKeyError,
         rf"fetched the Keras log key 'l2_loss'.*{LOG_KEYS}\. Names map: \{{'cross_entropy': 'loss'\}}",
     ),
+    (
+        "log-tensor-of-a-names-map-typo",
+        lambda: fit(HookCallback(Fetches(lambda: log_tensor("train_accuracy") * 1.0), names={"train_accuracy": "acc"})),
+        UnknownLogKeyError,
+        r"\(the step's graph run\) fetched the Keras log key 'acc'.* The names map sends 'train_accuracy' to 'acc', "
+        r"which names no log key of this step; correct that entry\. "
+        rf"{LOG_KEYS}\. Names map: \{{'train_accuracy': 'acc'\}}",
+    ),
     # -- the model's variables ------------------------------------------------------------
     (
         "write-to-a-scheduled-learning-rate",

@@ -366,7 +366,7 @@ def test_the_resnet_learning_rate_setter_feeds_the_rate_for_each_step_as_under_t
     assert not np.allclose(weights_of(unfed)[0], weights_of(model)[0], atol=1e-4)
 
 
-from hooks2callbacks import HookCallback  # noqa: E402
+from hooks2callbacks import HookCallback, log_tensor  # noqa: E402
 
 X_, _ = make_data()
 
@@ -549,3 +549,28 @@ def test_the_official_models_logging_metric_hook_logs_the_rate_and_the_loss_as_u
     assert names == [name for name, _, _ in tf1.metrics] == ["learning_rate", "loss"] * 4
     assert [v for _, v, _ in ours.metrics] == pytest.approx([v for _, v, _ in tf1.metrics], rel=1e-6)
     assert [type(s) for _, _, s in ours.metrics] == [type(s) for _, _, s in tf1.metrics] == [np.int64] * 8
+
+
+def test_log_tensor_of_a_names_map_name_is_the_tensor_it_maps_to_as_the_model_fns_was(K):
+    """official/r1/mnist named its tensors (`cross_entropy`, `train_accuracy`): with
+    `names={"cross_entropy": "loss"}`, `log_tensor("cross_entropy")` made a placeholder for a log key
+    "cross_entropy" and failed at the first step. Ops over it give what TF1's gave over the model_fn's."""
+
+    def hooks(tensor):
+        def make():
+            keep = FetchKinds()
+            keep.begin = lambda: setattr(keep, "fetches", {"double": tensor() * 2.0, "name": "cross_entropy:0"})
+            return [keep]
+
+        return make
+
+    model = make_model(K, layer_names=TF1_NAMES)
+    tf1 = hooks(lambda: tf.identity(V1.get_default_graph().get_tensor_by_name("loss:0"), name="cross_entropy"))
+    seen_tf1, seen_keras = [], []
+    run_tf1_mlp(lambda: seen_tf1.extend(tf1()) or seen_tf1, weights_of(model), 3)
+    ours = hooks(lambda: log_tensor("cross_entropy"))
+    fit_mlp(K, lambda: seen_keras.extend(ours()) or seen_keras, 3, model=model, names={"cross_entropy": "loss"})
+    tf1_results, keras_results = seen_tf1[0].results, seen_keras[0].results
+    assert _kind(keras_results) == _kind(tf1_results)
+    for a, b in zip(keras_results, tf1_results, strict=True):
+        assert a == pytest.approx(b, rel=1e-5)
