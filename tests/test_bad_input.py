@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from support import OnlyAfterRun, RecordingHook, make_data, make_model
+from tensorflow.python.debug.wrappers import hooks as tfdbg_hooks
 
 from hooks2callbacks import BatchValueError, HookCallback, UnknownLogKeyError, log_tensor
 
@@ -231,6 +232,20 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         TypeError,
         r"HookCallback\(hooks=\.\.\.\) got a FeedFnHook.*not from feeds.*tf\.data\.Dataset\.map",
     ),
+    *[
+        (
+            f"tfdbg-{name}",
+            make,
+            TypeError,
+            rf"item 0 is tfdbg's {name}\. It wraps run_context\.session in a debug session, which takes only a "
+            r"TF1 BaseSession or MonitoredSession.*tf\.debugging\.experimental\.enable_dump_debug_info",
+        )
+        for name, make in (
+            ("DumpingDebugHook", lambda: HookCallback([tfdbg_hooks.DumpingDebugHook("/tmp/never-written")])),
+            ("LocalCLIDebugHook", lambda: HookCallback([tfdbg_hooks.LocalCLIDebugHook()])),
+            ("TensorBoardDebugHook", lambda: HookCallback([tfdbg_hooks.TensorBoardDebugHook("localhost:1")])),
+        )
+    ],
     (
         "duplicate-hook",
         lambda: HookCallback([h := OnlyAfterRun(), h]),
