@@ -22,7 +22,7 @@ import tensorflow as tf
 from hooks2callbacks import _runs
 from hooks2callbacks._batch import BatchSource
 from hooks2callbacks._checkpoint import install_saver
-from hooks2callbacks._fetch import Plan, check_feeds, compile_fetches
+from hooks2callbacks._fetch import Plan, check_feeds, compile_fetches, fetched
 from hooks2callbacks._graph import AdapterGraph, DefaultGraphScope, log_key_of
 from hooks2callbacks._model import Entry, ModelMirror
 from hooks2callbacks._seams import SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues
@@ -141,7 +141,7 @@ class LogsView(Mapping[Any, Any]):
             name = self._graph.placeholder_keys.get(key) if isinstance(key, tf.Tensor) else None
         if name is None or name not in self._logs:
             raise KeyError(f"{key!r} is not a log key of this step. Available log keys: {sorted(self._logs)}")
-        return self._logs[name]
+        return fetched(self._logs[name])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._logs)

@@ -19,6 +19,11 @@ fetches object every step (as the stock hooks do) reuses it. Each leaf is one of
 A name means what `AdapterGraph.meaning` says (a hook's op, the names map, a
 model variable, else a log key), except that a name meaning the learning rate
 gives the log value of that name when the step's logs hold one.
+
+Every leaf's value is what `Session.run` gives for its tensor (`fetched`, the
+one place that decides it): a numpy scalar of the tensor's dtype for a 0-d
+value (`np.float32` for a log key, whose tensor is a float32 placeholder;
+`np.int64` for the global step), an `ndarray` otherwise, `bytes` for a string.
 """
 
 from __future__ import annotations
@@ -46,6 +51,34 @@ ACCEPTED = (
     "the adapter graph, the global step, an eager tf.Variable or keras.Variable, "
     "or a dict, list, tuple or namedtuple of these"
 )
+
+
+def fetched(value: Any) -> Any:
+    """`value` as `Session.run` gives a tensor's value: the one place that decides the types hooks see.
+
+    Keras's logs hold Python floats (its `pythonify_logs`) and Keras variables read
+    as 0-d arrays; TF1's `Session.run` gave a numpy scalar of the tensor's dtype for
+    a 0-d tensor and an `ndarray` for any other. A log key's tensor in the adapter
+    graph is a float32 placeholder, so its number is `np.float32` (exact: Keras's
+    float32 values became those Python floats). Structures (a batch root's dict or
+    list of leaves) are converted leaf by leaf.
+
+    Args:
+        value: A log value, a variable's value or a batch tensor's value.
+
+    Returns:
+        The value as TF1 hooks got it.
+    """
+    kind = type(value)
+    if kind is float or kind is int:
+        return np.float32(value)
+    if kind is np.ndarray:
+        return value[()] if not value.shape else value  # 0-d: its scalar (bytes for a string)
+    if kind is dict:
+        return {k: fetched(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return kind(fetched(v) for v in value)
+    return value
 
 
 class UnknownLogKeyError(ValueError):
@@ -168,7 +201,7 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
             _check_graph(obj, graph, where)
             return graph_leaf(obj)
         if isinstance(obj, (tf.Variable, keras.Variable)):
-            return lambda logs, step, ran: read_variable(obj, model)
+            return lambda logs, step, ran: fetched(read_variable(obj, model))
         if isinstance(obj, tf.distribute.DistributedValues):
             # What a strategy's run() returns in the graph: one value per replica.
             parts = [leaf(v) for v in obj.values]
@@ -199,25 +232,29 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
         read = entry.read
         if mirror is not None and entry is mirror.rate:
             # A metric named "learning_rate" wins over the optimizer's rate.
-            return lambda logs, step, ran: logs[LEARNING_RATE] if LEARNING_RATE in logs else read()
-        return lambda logs, step, ran: read()
+            return lambda logs, step, ran: fetched(logs[LEARNING_RATE] if LEARNING_RATE in logs else read())
+        return lambda logs, step, ran: fetched(read())
 
     def log_leaf(key: str) -> Resolver:
         keys.append(key)
         if root_of(key) is not None:
             graph.batch_names.add(key)
-        return lambda logs, step, ran: log_value(logs, key, where, keys, names)
+        return lambda logs, step, ran: fetched(log_value(logs, key, where, keys, names))
 
     def graph_leaf(element: Any) -> Resolver:
-        key = graph.placeholder_keys.get(element)
-        if key is not None:
-            return log_leaf(key)
         if graph.is_step(element):
             return _step
         entry = mirror.entry_of_element(element) if mirror is not None else None
         if entry is not None:  # a model variable itself: read it from Keras, no graph run
             read = entry.read
-            return lambda logs, step, ran: read()
+            return lambda logs, step, ran: fetched(read())
+        if isinstance(element, tf.Variable):
+            # A variable a hook made (ref or resource; unhashable): what Session.run
+            # fetches for it, the tensor of its value.
+            element = graph.as_graph_element(element, allow_tensor=True, allow_operation=False)
+        key = graph.placeholder_keys.get(element)
+        if key is not None:
+            return log_leaf(key)
         derived.append(element)
         return lambda logs, step, ran: ran[element]
 

@@ -445,10 +445,13 @@ def log_tensor(key: str) -> tf.Tensor:
     it has the value Keras logged for `key` at that step.
 
     Args:
-        key: A log key such as `"loss"` or `"val_accuracy"` (`"loss:0"` also works).
+        key: A log key such as `"loss"` or `"val_accuracy"` (`"loss:0"` also works),
+            a batch tensor's name (`"labels"`), or a TF1 name of the names map
+            (`HookCallback(names={"train_accuracy": "accuracy"})`: then
+            `log_tensor("train_accuracy")` is the tensor of `"accuracy"`).
 
     Returns:
-        A `float32` tensor of the adapter graph.
+        A tensor of the adapter graph: a `float32` placeholder for a log key.
 
     Raises:
         RuntimeError: Called outside a run of `HookCallback` (the default graph
@@ -465,4 +468,8 @@ def log_tensor(key: str) -> tf.Tensor:
     name = log_key_of(key) if isinstance(key, str) else None
     if name is None or not OP_NAME.match(name):
         raise ValueError(f"log_tensor({key!r}): a log key is a name such as 'loss' or 'accuracy'.")
+    if name in graph.names:
+        # A TF1 name of the names map: the tensor of what it maps to (a log key, a batch
+        # tensor, a model variable), as the name itself means in a fetch.
+        return graph.tensor_of(graph.meaning(name))
     return graph.log_tensor(name)

@@ -128,7 +128,7 @@ class AdapterSession:
             graph.mirror.load(session, plan.loads)
         feeds = {}
         for k in plan.fed_keys:
-            tensor, value = graph.log_tensors[k], log_value(logs, k, where)
+            tensor, value = graph.log_tensors[k], log_value(logs, k, where, plan.fed_keys, graph.names)
             # A batch tensor's placeholder dtype was chosen before the first step.
             feeds[tensor] = value if root_of(k) is None else fed(tensor, value, k, where)
         if plan.reads:

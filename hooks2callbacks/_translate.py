@@ -2,8 +2,8 @@
 
 * `CheckpointSaverHook` gets a saver of the Keras model (`hooks2callbacks._checkpoint`).
 * `ProfilerHook` and `FeedFnHook` cannot work in Keras and are refused when the
-  hooks are given, with what to use instead; so is a `CheckpointSaverHook`
-  given a TF1 saver of its own.
+  hooks are given, with what to use instead; so are tfdbg's hooks, and a
+  `CheckpointSaverHook` given a TF1 saver of its own.
 """
 
 from __future__ import annotations
@@ -24,6 +24,16 @@ def refusal(hook: Any) -> str | None:
             "not from feeds, so there is nothing for it to feed. Do what its feed_fn did in "
             "the input pipeline: a tf.data.Dataset.map, or a keras.utils.PyDataset."
         )
+    debug = _tfdbg_hook(hook)
+    if debug is not None:
+        return (
+            f"tfdbg's {debug}. It wraps run_context.session in a debug session, which takes "
+            "only a TF1 BaseSession or MonitoredSession, and watches the tensors of TF1 "
+            "Session.run calls; Keras's compiled steps make none. Debug the steps with TF2's "
+            "tf.debugging.experimental.enable_dump_debug_info(dump_root, "
+            'tensor_debug_mode="FULL_HEALTH") before fit(), and read the dump with '
+            "TensorBoard's Debugger V2."
+        )
     if isinstance(hook, train.ProfilerHook):
         return (
             "a ProfilerHook. It writes its trace from RunMetadata.step_stats of a TF1 "
@@ -41,4 +51,18 @@ def refusal(hook: Any) -> str | None:
                 "both out: HookCallback gives the hook a saver of the Keras model and "
                 "optimizer, as a Scaffold gave it one of the graph."
             )
+    return None
+
+
+# tensorflow/python/debug/wrappers/hooks.py: LocalCLIDebugHook, DumpingDebugHook,
+# TensorBoardDebugHook (a GrpcDebugHook). Matched by module, so that the check
+# imports nothing of tfdbg.
+_TFDBG_MODULE = "tensorflow.python.debug.wrappers.hooks"
+
+
+def _tfdbg_hook(hook: Any) -> str | None:
+    """The name of the tfdbg hook class `hook` is (or derives from), else None."""
+    for klass in type(hook).__mro__:
+        if klass.__module__ == _TFDBG_MODULE:
+            return klass.__name__
     return None

@@ -41,9 +41,11 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
     call hooks.end(session)
     close session, flush summary writers, give the model its own train_function
 
-The hooks of a run are `hooks`, then, on the chief only, `chief_only_hooks`
-(as `MonitoredTrainingSession(hooks, chief_only_hooks)` lists them). Outside
-`tf.distribute` multi-worker training every process is the chief.
+The hooks of a run are, in one process, `chief_only_hooks` then `hooks`; under
+`tf.distribute` multi-worker training, `hooks` then, on the chief only,
+`chief_only_hooks`: the orders of `MonitoredTrainingSession(hooks, chief_only_hooks)`
+(its non-distributed path, and under the distribute coordinator). Outside
+multi-worker training every process is the chief.
 
 What `results` holds, per hook:
   * the structure of its fetches, leaf by leaf: a log key gives, as a float,
@@ -209,8 +211,9 @@ class HookCallback(keras.callbacks.Callback):
             `model_fn` built them.
         mode: `"train"` (the `fit` loop), `"eval"` (`evaluate`, and each
             validation pass inside `fit`) or `"predict"`. Defaults to `"train"`.
-        chief_only_hooks: Hooks called only on the chief worker, after `hooks`,
-            as with `MonitoredTrainingSession(chief_only_hooks=...)`: hooks that
+        chief_only_hooks: Hooks called only on the chief worker, as with
+            `MonitoredTrainingSession(chief_only_hooks=...)`: before `hooks` in one
+            process, after them across workers (its two orders). Hooks that
             write files (checkpoints, summaries, step counters). Defaults to none.
             A sequence or a factory, as `hooks`.
         is_chief: Whether this process is the chief. Defaults to `None`: ask the
@@ -363,7 +366,14 @@ class HookCallback(keras.callbacks.Callback):
         model = self.model
         strategy = strategy_of(model)
         chief = is_chief(strategy) if self.is_chief is None else self.is_chief
-        hooks = (self.hooks, self.chief_only_hooks) if chief else (self.hooks,)
+        # As MonitoredTrainingSession orders them: in one process chief_only_hooks come
+        # first (its non-distributed path); under the distribute coordinator, after hooks.
+        if not chief:
+            hooks: tuple[Hooks, ...] = (self.hooks,)
+        elif is_multi_worker(strategy):
+            hooks = (self.hooks, self.chief_only_hooks)
+        else:
+            hooks = (self.chief_only_hooks, self.hooks)
         # Only training can be cut short, so only training must agree on it.
         if mode == "train" and is_multi_worker(strategy):
             if self._agreement is None or self._agreement.strategy is not strategy:

@@ -4,7 +4,7 @@ Each section names the repository, path and commit its code was copied from;
 the code between the markers is as it is there (helpers they call included).
 It was written for TensorFlow 1, where `import tensorflow as tf` meant the TF1
 API: here `tf` is `tensorflow.compat.v1`, that same API in TF2, plus the two
-names TF2 removed that these hooks use (`tf.estimator.SessionRunHook` and
+names TF2 removed that these hooks use (`tf.estimator.SessionRunHook`, `.LoggingTensorHook` and
 `tf.contrib.framework.get_variables_to_restore`, given from what they were).
 What a hook imports that is not installed here (Horovod, NVIDIA's dllogger,
 mlflow) is replaced by the smallest stand-in, marked STAND-IN and said why.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import numbers
 import types
 from typing import Any
 
@@ -36,7 +37,10 @@ class _TF1(types.ModuleType):
 
 tf = _TF1("tf")
 # tf.estimator was removed in TF 2.16; its SessionRunHook was tf.compat.v1.train's.
-tf.estimator = types.SimpleNamespace(SessionRunHook=tensorflow.compat.v1.train.SessionRunHook)
+tf.estimator = types.SimpleNamespace(
+    SessionRunHook=tensorflow.compat.v1.train.SessionRunHook,
+    LoggingTensorHook=tensorflow.compat.v1.train.LoggingTensorHook,
+)
 
 
 # =============================================================================
@@ -1216,3 +1220,106 @@ class ExportHook(SessionRunHook):
         with open(self.filename, 'ab+') as f:
             numpy.save(f, values)
 # ============================================================================= end of copy
+
+
+# =============================================================================
+# tensorflow/models, official/utils/logs/metric_hook.py, commit 5b526be8681871caecff479c283a634a671aaea5.
+# The official models' benchmark hook: it adds the global step *variable* to LoggingTensorHook's
+# tensors, and its logger drops any value that is not a `numbers.Number` (see `MetricLogger`).
+# =============================================================================
+class LoggingMetricHook(tf.estimator.LoggingTensorHook):
+    """Hook to log benchmark metric information.
+
+  This hook is very similar as tf.train.LoggingTensorHook, which logs given
+  tensors every N local steps, every N seconds, or at the end. The metric
+  information will be logged to given log_dir or via metric_logger in JSON
+  format, which can be consumed by data analysis pipeline later.
+
+  Note that if `at_end` is True, `tensors` should not include any tensor
+  whose evaluation produces a side effect such as consuming additional inputs.
+  """
+
+    def __init__(self,
+                 tensors,
+                 metric_logger=None,
+                 every_n_iter=None,
+                 every_n_secs=None,
+                 at_end=False):
+        """Initializer for LoggingMetricHook.
+
+    Args:
+      tensors: `dict` that maps string-valued tags to tensors/tensor names,
+          or `iterable` of tensors/tensor names.
+      metric_logger: instance of `BenchmarkLogger`, the benchmark logger that
+          hook should use to write the log.
+      every_n_iter: `int`, print the values of `tensors` once every N local
+          steps taken on the current worker.
+      every_n_secs: `int` or `float`, print the values of `tensors` once every N
+          seconds. Exactly one of `every_n_iter` and `every_n_secs` should be
+          provided.
+      at_end: `bool` specifying whether to print the values of `tensors` at the
+          end of the run.
+
+    Raises:
+      ValueError:
+        1. `every_n_iter` is non-positive, or
+        2. Exactly one of every_n_iter and every_n_secs should be provided.
+        3. Exactly one of log_dir and metric_logger should be provided.
+    """
+        super(LoggingMetricHook, self).__init__(tensors=tensors,
+                                                every_n_iter=every_n_iter,
+                                                every_n_secs=every_n_secs,
+                                                at_end=at_end)
+
+        if metric_logger is None:
+            raise ValueError("metric_logger should be provided.")
+        self._logger = metric_logger
+
+    def begin(self):
+        super(LoggingMetricHook, self).begin()
+        self._global_step_tensor = tf.compat.v1.train.get_global_step()
+        if self._global_step_tensor is None:
+            raise RuntimeError(
+                "Global step should be created to use LoggingMetricHook.")
+        if self._global_step_tensor.name not in self._current_tensors:
+            self._current_tensors[self._global_step_tensor.name] = (
+                self._global_step_tensor)
+
+    def after_run(self, unused_run_context, run_values):
+        # should_trigger is a internal state that populated at before_run, and it is
+        # using self_timer to determine whether it should trigger.
+        if self._should_trigger:
+            self._log_metric(run_values.results)
+
+        self._iter_count += 1
+
+    def end(self, session):
+        if self._log_at_end:
+            values = session.run(self._current_tensors)
+            self._log_metric(values)
+
+    def _log_metric(self, tensor_values):
+        self._timer.update_last_triggered_step(self._iter_count)
+        global_step = tensor_values[self._global_step_tensor.name]
+        # self._tag_order is populated during the init of LoggingTensorHook
+        for tag in self._tag_order:
+            self._logger.log_metric(tag,
+                                    tensor_values[tag],
+                                    global_step=global_step)
+# ============================================================================= end of copy
+
+
+class MetricLogger:
+    """STAND-IN for official/utils/logs/logger.py's BenchmarkLogger (it needs absl flags, psutil and
+    cpuinfo): its `log_metric`'s check, `isinstance(value, numbers.Number)` else a warning and no
+    metric, and the metric's value, `float(value)`. Keeps `(name, value, global_step)` and the drops."""
+
+    def __init__(self) -> None:
+        self.metrics: list[tuple[str, float, Any]] = []
+        self.dropped: list[tuple[str, type]] = []
+
+    def log_metric(self, name, value, unit=None, global_step=None, extras=None):
+        if not isinstance(value, numbers.Number):
+            self.dropped.append((name, type(value)))
+            return
+        self.metrics.append((name, float(value), global_step))

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from support import OnlyAfterRun, RecordingHook, make_data, make_model
+from tensorflow.python.debug.wrappers import hooks as tfdbg_hooks
 
 from hooks2callbacks import BatchValueError, HookCallback, UnknownLogKeyError, log_tensor
 
@@ -231,6 +232,20 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         TypeError,
         r"HookCallback\(hooks=\.\.\.\) got a FeedFnHook.*not from feeds.*tf\.data\.Dataset\.map",
     ),
+    *[
+        (
+            f"tfdbg-{name}",
+            make,
+            TypeError,
+            rf"item 0 is tfdbg's {name}\. It wraps run_context\.session in a debug session, which takes only a "
+            r"TF1 BaseSession or MonitoredSession.*tf\.debugging\.experimental\.enable_dump_debug_info",
+        )
+        for name, make in (
+            ("DumpingDebugHook", lambda: HookCallback([tfdbg_hooks.DumpingDebugHook("/tmp/never-written")])),
+            ("LocalCLIDebugHook", lambda: HookCallback([tfdbg_hooks.LocalCLIDebugHook()])),
+            ("TensorBoardDebugHook", lambda: HookCallback([tfdbg_hooks.TensorBoardDebugHook("localhost:1")])),
+        )
+    ],
     (
         "duplicate-hook",
         lambda: HookCallback([h := OnlyAfterRun(), h]),
@@ -462,6 +477,14 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         lambda: fit(HookCallback(Fetches("l2_loss"), names={"cross_entropy": "loss"})),
         UnknownLogKeyError,
         rf"fetched the Keras log key 'l2_loss'.*{LOG_KEYS}\. Names map: \{{'cross_entropy': 'loss'\}}",
+    ),
+    (
+        "log-tensor-of-a-names-map-typo",
+        lambda: fit(HookCallback(Fetches(lambda: log_tensor("train_accuracy") * 1.0), names={"train_accuracy": "acc"})),
+        UnknownLogKeyError,
+        r"\(the step's graph run\) fetched the Keras log key 'acc'.* The names map sends 'train_accuracy' to 'acc', "
+        r"which names no log key of this step; correct that entry\. "
+        rf"{LOG_KEYS}\. Names map: \{{'train_accuracy': 'acc'\}}",
     ),
     # -- the model's variables ------------------------------------------------------------
     (

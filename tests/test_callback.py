@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from support import OnlyAfterRun, Recorder, RecordingHook, iterations, make_data, make_model, needs_backend
+from tensorflow.python.training import training_util
 
 from hooks2callbacks import HookCallback, log_tensor
 
@@ -163,21 +164,36 @@ def test_duck_typed_hook_with_one_method_gets_the_logs_view(K):
     # The view holds each batch's own values, under Keras's own keys.
     assert [dict(r) for r in hook.results] == [pytest.approx(batch, rel=1e-6) for batch in recorder.train_batch]
     assert [sorted(r) for r in hook.results] == [sorted(logs) for logs in recorder.train_logs]
-    # tf_keras may hand callbacks tensors; hooks get the floats TF1 gave them.
-    assert {type(value) for view in hook.results for value in view.values()} == {float}
+    # tf_keras may hand callbacks tensors; hooks get what Session.run gave for a float32 tensor.
+    assert {type(value) for view in hook.results for value in view.values()} == {np.float32}
     view = hook.results[-1]
     assert view["loss"] == view["loss:0"] == pytest.approx(recorder.train_batch[-1]["loss"], rel=1e-6)
     with pytest.raises(TypeError):
         view["loss"] = 1.0  # read-only
 
 
-def test_chief_only_hooks_run_after_the_hooks_on_the_chief(K):
+def test_chief_only_hooks_run_first_in_one_process_as_under_monitored_training_session(K):
+    """MonitoredTrainingSession's non-distributed path lists chief_only_hooks before hooks (they
+    came after, so their log lines came out in another order than TF1's)."""
+    tf1_calls: list = []
+    with tf.Graph().as_default():
+        step = tf.compat.v1.train.get_or_create_global_step()
+        # As `run_tf1`: the hooks' step read comes before the increment (else it races with it).
+        with tf.control_dependencies([training_util._get_or_create_global_step_read()]):
+            train_op = tf.compat.v1.assign_add(step, 1)
+        with tf.compat.v1.train.MonitoredTrainingSession(
+            hooks=[RecordingHook("every", tf1_calls, stop_at=1)],
+            chief_only_hooks=[RecordingHook("chief", tf1_calls)],
+            log_step_count_steps=None,
+        ) as session:
+            while not session.should_stop():
+                session.run(train_op)
     calls: list = []
     model = make_model(K)
     callback = HookCallback(RecordingHook("every", calls, stop_at=1), chief_only_hooks=[RecordingHook("chief", calls)])
     model.fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[callback])
     names = [c[0] for c in calls]
-    assert names == ["every", "chief"] * (len(calls) // 2)  # one process: it is the chief
+    assert names == [c[0] for c in tf1_calls] == ["chief", "every"] * (len(calls) // 2)  # one process: the chief
     assert [c[1] for c in calls[::2]] == [c[1] for c in calls[1::2]]  # the same events
     assert steps_seen(calls, "chief") == [0, 1]
 
@@ -200,7 +216,7 @@ def test_hooks_and_chief_only_hooks_may_each_be_a_factory(K, tmp_path):
         "chief_only_hooks=test_hooks_and_chief_only_hooks_may_each_be_a_factory.<locals>.chief_hooks)"
     )
     make_model(K).fit(X, Y, batch_size=32, epochs=1, verbose=0, callbacks=[callback])
-    assert [c[0] for c in calls] == ["every", "chief"] * (len(calls) // 2)
+    assert [c[0] for c in calls] == ["chief", "every"] * (len(calls) // 2)
     assert steps_seen(calls, "chief") == [0, 1] and len(made) == 1
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path))
 

@@ -366,7 +366,7 @@ def test_the_resnet_learning_rate_setter_feeds_the_rate_for_each_step_as_under_t
     assert not np.allclose(weights_of(unfed)[0], weights_of(model)[0], atol=1e-4)
 
 
-from hooks2callbacks import HookCallback  # noqa: E402
+from hooks2callbacks import HookCallback, log_tensor  # noqa: E402
 
 X_, _ = make_data()
 
@@ -416,3 +416,161 @@ def test_predict_hooks_see_the_predictions_as_original_args_as_under_estimators_
         for key in ("logits", "probabilities"):
             assert all(isinstance(r[key], np.ndarray) for r in keep.results)
             np.testing.assert_allclose(np.concatenate([r[key] for r in keep.results]), out[key], atol=1e-5)
+
+
+# -- what session.run gives: types, dtypes and shapes, for every kind of fetch --
+
+
+def _kind(value):
+    """A value's type, dtype and shape, as a comparison of what two runs fetched sees them."""
+    if isinstance(value, dict):
+        return {k: _kind(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_kind(v) for v in value)
+    return (type(value), getattr(value, "dtype", None), getattr(value, "shape", None))
+
+
+class FetchKinds(V1.train.SessionRunHook):
+    """Fetches one of each kind: a log key (the loss), model variables (the 0-d rate, a kernel), the
+    global step, the batch's labels and predictions (TF1: the model_fn's `y` and `logits`), tensors
+    derived from them, a string, and variables the hook makes (ref and resource) and an op."""
+
+    def __init__(self):
+        self.results = []
+
+    def begin(self):
+        g = V1.get_default_graph()
+        loss, logits = g.get_tensor_by_name("loss:0"), g.get_tensor_by_name("logits:0")
+        ref = V1.get_variable("ref_counter", initializer=np.int32(3), use_resource=False)
+        resource = V1.get_variable("resource_counter", initializer=np.float64(0.5), use_resource=True)
+        self.fetches = {
+            "loss": "loss:0",
+            "rate": "learning_rate:0",
+            "kernel": "dense/kernel:0",
+            "step": V1.train.get_global_step(),
+            "labels": "y:0",
+            "logits": logits,
+            "double_loss": loss * 2.0,
+            "argmax": tf.argmax(logits, 1),
+            "text": tf.strings.as_string(loss),
+            "hook_variables": [ref, resource],
+            "op": tf.no_op(),
+        }
+
+    def before_run(self, run_context):
+        return V1.train.SessionRunArgs(self.fetches)
+
+    def after_run(self, run_context, run_values):
+        self.results.append(run_values.results)
+
+
+def test_every_kind_of_fetch_comes_back_as_session_run_gave_it(K):
+    """TF1's Session.run gave a numpy scalar of the tensor's dtype for a 0-d value (np.float32 for
+    the float32 loss and rate, np.int64 for the step), an ndarray otherwise, bytes for a string, None
+    for an op; HookCallback gave log keys as Python floats and the rate as a 0-d ndarray."""
+    model = make_model(K, layer_names=TF1_NAMES)
+    tf1, keras_side = FetchKinds(), FetchKinds()
+    run_tf1_mlp([tf1], weights_of(model), 3)
+    fit_mlp(K, [keras_side], 3, model=model, names={"y": "labels", "logits": "predictions"})
+    for ours, theirs in zip(keras_side.results, tf1.results, strict=True):
+        assert _kind(ours) == _kind(theirs)
+        assert type(ours["text"]) is bytes and ours["op"] is None
+        for key in ("loss", "double_loss", "rate"):
+            assert ours[key] == pytest.approx(theirs[key], rel=1e-5)
+        np.testing.assert_array_equal(ours["labels"], theirs["labels"])
+        np.testing.assert_allclose(ours["logits"], theirs["logits"], atol=1e-5)
+        assert ours["hook_variables"] == theirs["hook_variables"] == [3, 0.5]
+    assert [r["text"] for r in keras_side.results] == [b"%f" % r["loss"] for r in keras_side.results]
+
+
+def _tf_lines(caplog_messages, prefix):
+    return [m.split(" (")[0] for m in caplog_messages if m.startswith(prefix)]
+
+
+@pytest.fixture
+def tf_info():
+    """Messages TF's logger logs at INFO (the stock hooks' lines)."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    handler, logger = Collect(level=logging.INFO), tf.get_logger()
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    yield messages
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def test_estimators_own_logging_hook_with_the_global_step_variable_logs_tf1s_lines(K, tf_info):
+    """`LoggingTensorHook({"loss": loss, "step": get_global_step()})`, which Estimator.train added to
+    every run, failed with `TypeError: Variable is unhashable`. Its lines are TF1's, character for
+    character in the loss (np.float32's format), with the step one less: TF1's fetch of the ref
+    variable itself read it after the run's increment, HookCallback gives every fetch of the global
+    step the step's value before it (as the stock hooks' step read)."""
+
+    def hooks():
+        loss = V1.get_default_graph().get_tensor_by_name("loss:0")
+        return [V1.train.LoggingTensorHook({"loss": loss, "step": V1.train.get_global_step()}, every_n_iter=2)]
+
+    model = make_model(K, layer_names=TF1_NAMES)
+    run_tf1_mlp(hooks, weights_of(model), 6)
+    tf1 = _tf_lines(tf_info, "loss = ")
+    tf_info.clear()
+    fit_mlp(K, hooks, 6, model=model)
+    ours = _tf_lines(tf_info, "loss = ")
+    assert len(ours) == len(tf1) == 3
+    tf1_losses = [line.split(", step = ")[0] for line in tf1]
+    assert [line.split(", step = ")[0] for line in ours] == tf1_losses
+    assert [int(line.split(", step = ")[1]) for line in ours] == [int(line.split(", step = ")[1]) - 1 for line in tf1]
+
+
+def test_the_official_models_logging_metric_hook_logs_the_rate_and_the_loss_as_under_tf1(K):
+    """tensorflow/models' LoggingMetricHook adds the global step variable to its tensors (it failed:
+    unhashable), and its logger drops a value that is not a `numbers.Number` (the rate, a 0-d
+    ndarray, was dropped)."""
+
+    def hooks(logger):
+        return lambda: [
+            real_hooks.LoggingMetricHook(
+                {"loss": "loss", "learning_rate": "learning_rate"}, metric_logger=logger, every_n_iter=1
+            )
+        ]
+
+    model = make_model(K, layer_names=TF1_NAMES)
+    tf1, ours = real_hooks.MetricLogger(), real_hooks.MetricLogger()
+    run_tf1_mlp(hooks(tf1), weights_of(model), 4)
+    fit_mlp(K, hooks(ours), 4, model=model)
+    assert ours.dropped == tf1.dropped == []
+    names = [name for name, _, _ in ours.metrics]
+    assert names == [name for name, _, _ in tf1.metrics] == ["learning_rate", "loss"] * 4
+    assert [v for _, v, _ in ours.metrics] == pytest.approx([v for _, v, _ in tf1.metrics], rel=1e-6)
+    assert [type(s) for _, _, s in ours.metrics] == [type(s) for _, _, s in tf1.metrics] == [np.int64] * 8
+
+
+def test_log_tensor_of_a_names_map_name_is_the_tensor_it_maps_to_as_the_model_fns_was(K):
+    """official/r1/mnist named its tensors (`cross_entropy`, `train_accuracy`): with
+    `names={"cross_entropy": "loss"}`, `log_tensor("cross_entropy")` made a placeholder for a log key
+    "cross_entropy" and failed at the first step. Ops over it give what TF1's gave over the model_fn's."""
+
+    def hooks(tensor):
+        def make():
+            keep = FetchKinds()
+            keep.begin = lambda: setattr(keep, "fetches", {"double": tensor() * 2.0, "name": "cross_entropy:0"})
+            return [keep]
+
+        return make
+
+    model = make_model(K, layer_names=TF1_NAMES)
+    tf1 = hooks(lambda: tf.identity(V1.get_default_graph().get_tensor_by_name("loss:0"), name="cross_entropy"))
+    seen_tf1, seen_keras = [], []
+    run_tf1_mlp(lambda: seen_tf1.extend(tf1()) or seen_tf1, weights_of(model), 3)
+    ours = hooks(lambda: log_tensor("cross_entropy"))
+    fit_mlp(K, lambda: seen_keras.extend(ours()) or seen_keras, 3, model=model, names={"cross_entropy": "loss"})
+    tf1_results, keras_results = seen_tf1[0].results, seen_keras[0].results
+    assert _kind(keras_results) == _kind(tf1_results)
+    for a, b in zip(keras_results, tf1_results, strict=True):
+        assert a == pytest.approx(b, rel=1e-5)

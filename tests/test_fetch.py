@@ -59,8 +59,8 @@ def test_nested_structure_keeps_its_shape_and_the_batch_values():
             "tuple": (step, collections.OrderedDict(a=loss)),
         }
         assert type(results["pair"]) is Pair and type(results["tuple"][1]) is collections.OrderedDict
-        # A Python float, as Keras's logs hold.
-        assert type(loss) is float
+        # As Session.run gave a float32 tensor's value (Keras's logs hold a Python float).
+        assert type(loss) is np.float32
     assert type(hook.results[0]["pair"].step) is np.int64
 
 

@@ -170,8 +170,12 @@ def leaves_by_key(description: Any, results: Any) -> dict[str, set[float]]:
 
 def assert_same(actual: Any, expected: Any, path: str = "results") -> None:
     """Asserts the same container types, keys (in order), lengths, and leaves of the
-    same type and value (floats, computed apart from the step: to float32 rounding)."""
-    assert type(actual) is type(expected), f"{path}: {type(actual).__name__} != {type(expected).__name__}"
+    same type and value (floats, computed apart from the step: to float32 rounding). A log value
+    comes back as Session.run gave a float32 tensor's: an np.float32."""
+    if type(expected) is float:
+        assert type(actual) is np.float32, f"{path}: {type(actual).__name__} != float32"
+    else:
+        assert type(actual) is type(expected), f"{path}: {type(actual).__name__} != {type(expected).__name__}"
     if isinstance(expected, dict):
         assert list(actual) == list(expected), f"{path}: keys {list(actual)} != {list(expected)}"
         for key in expected:
