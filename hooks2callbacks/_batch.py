@@ -857,14 +857,24 @@ class BatchSource:
         mode: `"train"` or `"eval"`.
         values: Whether hooks get the metrics' batch values (else Keras's own logs).
         tensors: The batch's tensors that hooks asked for (`_tensors`).
+        keys: Which log keys get their batch value, the others Keras's own; None: every key.
 
     Raises:
         ValueError: Another run of this model's step, compiled already, lacks `tensors`.
     """
 
-    def __init__(self, model: Any, mode: str, values: bool = True, tensors: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        model: Any,
+        mode: str,
+        values: bool = True,
+        tensors: frozenset[str] = frozenset(),
+        keys: Callable[[str], bool] | None = None,
+    ) -> None:
         self._model = model
         self._values = values
+        self._keys = keys
+        self._filtered: tuple[Any, tuple[Slot, ...], dict[str, str]] = (None, (), {})
         function_name = "train_function" if mode == "train" else "test_function"
         current = getattr(model, function_name, None)
         with _cache_lock:
@@ -898,9 +908,17 @@ class BatchSource:
             return BatchLogs(logs, None, (), {})
         if not self._values:
             return BatchLogs(logs, None, (), {}, wrapped.tensors, wrapped.latest_tensors)
-        return BatchLogs(
-            logs, wrapped.latest, wrapped.info.layout, wrapped.info.underivable, wrapped.tensors, wrapped.latest_tensors
-        )
+        layout, underivable = wrapped.info.layout, wrapped.info.underivable
+        if self._keys is not None:
+            if self._filtered[0] is not underivable:  # a new dict each trace of the step
+                keep = self._keys
+                self._filtered = (
+                    underivable,
+                    tuple(slot for slot in layout if keep(slot[0])),
+                    {key: why for key, why in underivable.items() if keep(key)},
+                )
+            _, layout, underivable = self._filtered
+        return BatchLogs(logs, wrapped.latest, layout, underivable, wrapped.tensors, wrapped.latest_tensors)
 
     def close(self) -> None:
         """Gives the model back its own function (when no other run uses ours)."""
@@ -908,6 +926,11 @@ class BatchSource:
         if wrapped is not None:
             with _cache_lock:
                 wrapped.detach(self._model)
+
+
+def is_loss_key(key: str) -> bool:
+    """Whether a log key is a loss's (`"loss"`, `"<output>_loss"`): a TF1 loss tensor held the batch's value."""
+    return key == "loss" or key.endswith("_loss")
 
 
 def _layout(shapes: list[tuple[str, tuple[int, ...]]], start: int = 0) -> tuple[Slot, ...]:

@@ -303,6 +303,9 @@ class HookRunner:
             a run of no step).
         batch_values: Whether hooks get each batch's own values (else the logs
             as Keras reports them).
+        batch_keys: Which log keys get their batch value (the others Keras's
+            logs); None for every key. In eval mode `end()` sees Keras's logs,
+            the evaluation's results, for every key.
         names: The names map: TF1 name -> log key, name, or Keras variable.
         strategy: The model's `tf.distribute` strategy, in which `begin`,
             `after_create_session` and `end` run; None for none.
@@ -331,6 +334,7 @@ class HookRunner:
         name: str = "HookCallback",
         batch_mode: str | None = None,
         batch_values: bool = True,
+        batch_keys: Callable[[str], bool] | None = None,
         names: Mapping[str, Any] | None = None,
         strategy: tf.distribute.Strategy | None = None,
         outside_strategy_note: str | None = None,
@@ -345,6 +349,8 @@ class HookRunner:
         self._loop = loop
         self._batch_mode = batch_mode
         self._batch_values = batch_values
+        self._batch_keys = batch_keys
+        self._keras_logs: Mapping[str, Any] = {}
         self._batch: BatchSource | None = None
         self._batch_pending = batch_mode is not None  # decided at the end of the first before_run
         self.name = name
@@ -466,7 +472,7 @@ class HookRunner:
         if not values and not tensors:
             return
         try:  # outside the adapter graph: it may build the model's step function
-            self._batch = BatchSource(self.model, cast(str, self._batch_mode), values, tensors)
+            self._batch = BatchSource(self.model, cast(str, self._batch_mode), values, tensors, self._batch_keys)
         except BaseException:
             self.close()
             raise
@@ -486,6 +492,7 @@ class HookRunner:
         """
         context = cast(SessionRunContext, self._context)  # set by before_run
         batch = self._batch
+        self._keras_logs = logs
         if batch is not None:
             logs = batch.logs(logs)
         stale = self.step
@@ -535,6 +542,10 @@ class HookRunner:
 
     def end(self) -> None:
         """Calls every `end(session)`, then closes the run."""
+        if self._batch_mode == "eval":
+            # A TF1 fetch in end() could read only the streaming aggregates (a batch tensor
+            # would pull another batch), and Estimator reported them: evaluate()'s results.
+            self.logs = self._keras_logs
         with self._guard:
             for hook in self.hooks:
                 self._call(hook, "end", self.session)

@@ -24,13 +24,14 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
     # original_args.fetches: None; in predict, the "outputs" tensor (as
     # Estimator's predict loop ran its predictions)
     call hooks.before_run(run_context)      # each returns None or SessionRunArgs
-    the run's first: if values == "batch" or hook code has named the batch's
+    the run's first: unless values == "running_mean", or if hook code has named the batch's
         tensors (features, labels, sample_weight, predictions; see _tensors):
         model.train_function = the model's own step, which also returns each
         batch's own values and those tensors (built once per model, see _batch)
   (Keras runs the train step)
   on_train_batch_end(logs):
-    values = the batch's own values, or the logs (values="running_mean")
+    values = the batch's own values, or the logs (values="running_mean"; in eval
+             by default, the logs for metric keys and the batch's for losses)
     if any hook fetched an op of the graph: one real Session.run, with the
         values and the model variables' Keras values fed or loaded; what it
         wrote to model variables is assigned to the Keras variables
@@ -38,7 +39,7 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
     if run_context.stop_requested: model.stop_training = True
     (multi-worker: the stop is agreed across workers first, see below)
   on_train_end:
-    call hooks.end(session)
+    call hooks.end(session)                 # eval: log keys give evaluate()'s results
     close session, flush summary writers, give the model its own train_function
 
 The hooks of a run are, in one process, `chief_only_hooks` then `hooks`; under
@@ -48,10 +49,14 @@ The hooks of a run are, in one process, `chief_only_hooks` then `hooks`; under
 multi-worker training every process is the chief.
 
 What `results` holds, per hook:
-  * the structure of its fetches, leaf by leaf: a log key gives, as a float,
-    in train mode that batch's own loss or metric value, as a TF1 tensor held
-    it; in eval mode the evaluation's aggregate so far, as TF1's streaming eval
-    metrics held it (Keras's own logs; `values=` chooses either), the global step
+  * the structure of its fetches, leaf by leaf: a log key gives, as a numpy
+    float32, in train mode that batch's own loss or metric value, as a TF1
+    tensor held it; in eval mode a loss key (`"loss"`, `"<output>_loss"`) the
+    batch's loss, as `EstimatorSpec.loss` held it, and a metric key the
+    evaluation's aggregate so far, as TF1's streaming eval metrics held it
+    (Keras's own logs); in eval's `end()` every log key the evaluation's
+    result, what `evaluate()` returns (`values=` makes every key one or the
+    other during the steps); the global step
     gives its *stale* value (from before this step's increment, as in TF1), the
     batch's tensors (`"features"`, `"labels"`, `"sample_weight"`,
     `"predictions"`) that step's arrays, a
@@ -93,6 +98,7 @@ import keras
 import tensorflow as tf
 
 from hooks2callbacks import _runs
+from hooks2callbacks._batch import is_loss_key
 from hooks2callbacks._dispatch import HookRunner, Hooks, as_hook_list, is_factory, steps_per_execution
 from hooks2callbacks._distribute import StopAgreement, is_chief, is_default, is_multi_worker, strategy_of
 from hooks2callbacks._graph import OP_NAME, log_key_of
@@ -225,10 +231,13 @@ class HookCallback(keras.callbacks.Callback):
             it; Keras's step computes them alongside its own logs.
             `"running_mean"`: the logs as Keras reports them, aggregates since
             the epoch (or the evaluation) began. Defaults to `None`: `"batch"`
-            in train and predict mode; `"running_mean"` in eval mode, where
-            they are what TF1's streaming eval metrics held, so a summary
-            written at `end()` equals `evaluate()`'s results. Other callbacks,
-            the progress bar and `History` get Keras's own logs either way.
+            in train and predict mode; in eval mode, key by key as a TF1 eval
+            graph held them: a loss key the batch's loss (`EstimatorSpec.loss`),
+            a metric key the aggregate since the evaluation began (a
+            `tf.metrics` value). In eval mode a fetch in `end()` gives the
+            evaluation's results whatever `values` is, so a summary written
+            there equals `evaluate()`'s. Other callbacks, the progress bar and
+            `History` get Keras's own logs either way.
         names: TF1 names that Keras calls differently, for hooks that use them
             by name: a dict from a TF1 name (`"cross_entropy"` or
             `"cross_entropy:0"`) to a Keras log key or another name (`"loss"`,
@@ -272,10 +281,10 @@ class HookCallback(keras.callbacks.Callback):
         super().__init__()
         if not isinstance(mode, str) or mode not in MODES:
             raise ValueError(f"HookCallback(mode=...) must be one of {MODES}, got {mode!r}.")
-        if values is None:
-            # TF1's eval graph held streaming metrics, and Estimator reported their aggregates.
-            values = "running_mean" if mode == "eval" else "batch"
-        if not isinstance(values, str) or values not in VALUES:
+        if values is None and mode != "eval":
+            values = "batch"
+        # None in eval: TF1's eval graph held the batch's loss and streaming metrics.
+        if values is not None and (not isinstance(values, str) or values not in VALUES):
             raise ValueError(
                 f'HookCallback(values=...) must be one of {VALUES}, got {values!r}: "batch" gives '
                 'hooks each batch\'s own loss and metric values (as TF1 tensors), "running_mean" '
@@ -397,7 +406,8 @@ class HookCallback(keras.callbacks.Callback):
             advances=mode == "train",
             name=repr(self),
             batch_mode=mode if mode != "predict" and steps else None,
-            batch_values=self.values == "batch",
+            batch_values=self.values != "running_mean",
+            batch_keys=is_loss_key if self.values is None else None,
             names=self.names,
             strategy=None if is_default(strategy) or across_workers else strategy,
             outside_strategy_note=_ACROSS_WORKERS if across_workers else None,

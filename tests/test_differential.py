@@ -47,6 +47,7 @@ import types  # noqa: E402
 import numpy as np  # noqa: E402
 import real_hooks  # noqa: E402
 from support import (  # noqa: E402
+    BATCH,
     TF1_NAMES,
     fit_mlp,
     iterations,
@@ -574,3 +575,59 @@ def test_log_tensor_of_a_names_map_name_is_the_tensor_it_maps_to_as_the_model_fn
     assert _kind(keras_results) == _kind(tf1_results)
     for a, b in zip(keras_results, tf1_results, strict=True):
         assert a == pytest.approx(b, rel=1e-5)
+
+
+# -- eval: each name as a TF1 eval graph held it ------------------------------------
+
+
+class EvalRecorder(V1.train.SessionRunHook):
+    """Fetches `step_fetches` each step, and `end_fetches` in `end()`, as TF1 eval hooks did."""
+
+    def __init__(self, step_fetches: dict[str, str], end_fetches: dict[str, str]) -> None:
+        self.step_fetches, self.end_fetches = step_fetches, end_fetches
+        self.steps: list[dict[str, object]] = []
+        self.at_end: dict[str, object] = {}
+
+    def before_run(self, run_context):
+        return V1.train.SessionRunArgs(self.step_fetches)
+
+    def after_run(self, run_context, run_values):
+        self.steps.append(run_values.results)
+
+    def end(self, session):
+        self.at_end = session.run(self.end_fetches)
+
+
+def test_eval_hooks_see_the_batch_loss_and_streaming_metrics_then_the_results_at_end(K):
+    """In an Estimator's evaluation, `EstimatorSpec.loss` held each batch's loss, a
+    `tf.metrics` value the aggregate since the evaluation began, and a fetch in `end()`
+    the aggregates Estimator reported: the same names under `evaluate()`'s HookCallback."""
+    weights = initial_weights(K)
+    x, y = make_data(128, seed=5)
+    # TF1: Estimator's eval graph, its loss and eval_metric_ops (the loss's mean added as Estimator did).
+    tf1 = EvalRecorder(
+        {"loss": "loss:0", "accuracy": "accuracy/update_op:0"},
+        {"loss": "mean_loss/value:0", "accuracy": "accuracy/value:0"},
+    )
+    with tf.Graph().as_default() as graph:
+        tf1_mlp(weights)
+        logits, labels, loss = (graph.get_tensor_by_name(n) for n in ("logits:0", "y:0", "loss:0"))
+        updates = [V1.metrics.accuracy(labels, tf.argmax(logits, 1), name="accuracy")[1]]
+        updates.append(V1.metrics.mean(loss, name="mean_loss")[1])
+        with V1.train.MonitoredSession(hooks=[tf1]) as session:
+            for start in range(0, len(x), BATCH):
+                session.run(updates, {"x:0": x[start : start + BATCH], "y:0": y[start : start + BATCH]})
+    model = make_model(K, layer_names=TF1_NAMES)
+    model.set_weights(weights)
+    names = {"loss": "loss:0", "accuracy": "accuracy:0"}
+    keras_side = EvalRecorder(names, names)
+    callback = HookCallback(keras_side, mode="eval")
+    results = model.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True, callbacks=[callback])
+    assert len(keras_side.steps) == len(tf1.steps) == len(x) // BATCH
+    for step, (seen, truth) in enumerate(zip(keras_side.steps, tf1.steps, strict=True)):
+        assert seen == pytest.approx(truth, rel=TOLERANCE), f"step {step}"
+        assert type(seen["loss"]) is type(truth["loss"]) is np.float32
+    # The batch's loss, not the mean so far.
+    assert keras_side.steps[1]["loss"] != pytest.approx((tf1.steps[0]["loss"] + tf1.steps[1]["loss"]) / 2, rel=1e-3)
+    assert keras_side.at_end == pytest.approx(tf1.at_end, rel=TOLERANCE)
+    assert keras_side.at_end == pytest.approx(results, rel=1e-6)
