@@ -44,7 +44,10 @@ Not private, but a reliance on how Keras calls its own code: instance-level
 overrides for a run with batch values (the model's `train_step`/`test_step`, its
 `compute_metrics` and `compute_loss`, which record `y_pred` for the batch's tensors, its
 metrics' `update_state` and `result`, their variables' `assign*`, the metric
-containers' `build`; `_batch._Patches`, undone at the run's end); stack frames: the Keras loop of a run
+containers' `build`; `_batch._Patches`, undone at the run's end); the model's `make_train_function`,
+`make_test_function` and `make_predict_function`, which every `fit`, `evaluate` and `predict` calls
+before its first step (`_runs._watch`, instance-level overrides while a run is open, to close a run an
+interrupt left open; missing, the run is closed at the next run as before); stack frames: the Keras loop of a run
 (`_runs.loop_frame`, Keras's `CallbackList` calls `on_*`), TF's own collection reads
 (`_graph._called_by_hook_code`, `_graph._exporting_meta_graph`); and, for an error's
 note only, the frame of `tf.compat.v1.assign*` in a traceback (`_dispatch`).

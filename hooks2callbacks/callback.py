@@ -69,9 +69,14 @@ On error: an exception raised by a hook propagates unchanged, with a note that
 names the hook and method. As in TF1, `after_run` of the failing step and all
 `end()` calls are skipped; the session is closed, summary writers are flushed
 and the model gets its own train function back. When Keras itself raises, it calls no callback; the run left open is
-closed (without `end()`) by `HookCallback.close()`, on leaving a `with
-HookCallback(...)` block, when the next run of any HookCallback begins in the
-thread, or at interpreter exit (see `hooks2callbacks._runs`).
+closed (without `end()`), and the model gets its own train function back, at the
+first of: the end of the Jupyter cell, the model's next `fit`, `evaluate` or
+`predict` (hooked or not), `HookCallback.close()`, leaving a `with
+HookCallback(...)` block, the next run of any HookCallback in the thread,
+interpreter exit (see `hooks2callbacks._runs`).
+
+A callback listed k times in one call gets each event k times in a row; the
+first of each k goes to the hooks (with a warning), so they run once per event.
 
 The global step counts the optimizer's applied updates. It is counted, one a
 batch, where a batch callback means one update; read from `optimizer.iterations`
