@@ -101,6 +101,7 @@ from hooks2callbacks._dispatch import HookRunner, Hooks, as_hook_list, is_factor
 from hooks2callbacks._distribute import StopAgreement, is_chief, is_default, is_multi_worker, strategy_of
 from hooks2callbacks._graph import OP_NAME, log_key_of
 from hooks2callbacks._model import accumulation_steps, global_step_of, has_weights
+from hooks2callbacks._rerun import note_traps
 from hooks2callbacks._seams import context
 from hooks2callbacks._tensors import prediction_logs
 
@@ -417,10 +418,13 @@ class HookCallback(keras.callbacks.Callback):
         self._reads_step = mode == "train" and (
             steps_per_execution(model) != 1 or accumulation_steps(model.optimizer) != 1
         )
+        step = global_step_of(model)
+        if mode == "train":  # a factory's hooks are new each run
+            note_traps([h for source in hooks if not is_factory(source) for h in cast(Sequence[Any], source)], step)
         self._runner = HookRunner(
             hooks,
             model,
-            global_step_of(model),
+            step,
             advances=mode == "train",
             name=repr(self),
             batch_mode=mode if mode != "predict" and steps else None,
