@@ -4,6 +4,7 @@ from hooks2callbacks._batch import BatchValueError
 from hooks2callbacks._checkpoint import TF1Restore, restore_checkpoint, restore_tf1_checkpoint
 from hooks2callbacks._fetch import UnknownLogKeyError
 from hooks2callbacks._graph import log_tensor
+from hooks2callbacks._notebook import notebook_logging
 from hooks2callbacks.callback import HookCallback
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "TF1Restore",
     "UnknownLogKeyError",
     "log_tensor",
+    "notebook_logging",
     "restore_checkpoint",
     "restore_tf1_checkpoint",
 ]
