@@ -5,6 +5,7 @@ from hooks2callbacks._checkpoint import TF1Restore, restore_checkpoint, restore_
 from hooks2callbacks._estimator import estimator_hooks, install_estimator_aliases
 from hooks2callbacks._fetch import UnknownLogKeyError
 from hooks2callbacks._graph import log_tensor
+from hooks2callbacks._notebook import notebook_logging
 from hooks2callbacks.callback import HookCallback
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "estimator_hooks",
     "install_estimator_aliases",
     "log_tensor",
+    "notebook_logging",
     "restore_checkpoint",
     "restore_tf1_checkpoint",
 ]

@@ -14,6 +14,14 @@ is over, and makes sure nothing it holds outlives it:
 * `SummaryWriterCache` writers are flushed whenever a run closes, so what hooks
   wrote is on disk. They stay open, one per directory, as in TF1: a writer
   closed and made anew within the same second would overwrite its event file.
+* A run left open (an interrupt, an error in Keras) is closed, and the model
+  gets its own `train_function` back, at the first of these: in IPython or
+  Jupyter, the end of the cell that ran the Keras call (its `post_run_cell`
+  event); the next `fit`, `evaluate` or `predict` of that model, hooked or not
+  (while a run is open, the model's `make_train_function`, `make_test_function`
+  and `make_predict_function`, which each of those calls before its first step,
+  close it first); the next run of any `HookCallback` in the thread;
+  `HookCallback.close()`; interpreter exit.
 * At interpreter exit, open runs are closed, so their events are on disk.
 """
 
@@ -34,20 +42,30 @@ class Run(Protocol):
     """What this module needs of a run (a `HookRunner`)."""
 
     name: str
+    model: Any
 
     def close(self) -> None: ...
 
 
 class _Record:
-    __slots__ = ("frame", "hooks", "thread")
+    __slots__ = ("frame", "hooks", "in_keras", "model", "thread")
 
-    def __init__(self, frame: FrameType | None) -> None:
+    def __init__(self, frame: FrameType | None, model: Any) -> None:
         self.frame = frame
+        self.model = model
+        # Started by Keras's own fit/evaluate/predict (not by a loop that drives the callback itself).
+        self.in_keras = frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_KERAS_PACKAGES)
         self.hooks: Sequence[Any] = ()
         self.thread = threading.get_ident()
 
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_KERAS_PACKAGES = ("keras.", "tf_keras.")
+# Every fit, evaluate and predict calls one of these before its first step (Keras 3 on every
+# backend, 3.0 to 3.15; tf_keras 2.15 to 2.21); the model gets an instance-level override of
+# each while a run of it is open.
+_ENTRY_POINTS = ("make_train_function", "make_test_function", "make_predict_function")
+_OVERRIDE = "_hooks2callbacks_closes_stale_runs"
 _lock = threading.RLock()
 _open: dict[Run, _Record] = {}
 _owners: dict[int, Run] = {}  # id(hook) -> its run; the run holds the hook, so ids stay unique
@@ -74,21 +92,81 @@ def _stack_ids() -> set[int]:
     return ids
 
 
+def close_stale(keras_only: bool = False) -> None:
+    """Closes the open runs of this thread whose loop has ended (an exception left them open).
+
+    Args:
+        keras_only: Only runs that Keras's own fit/evaluate/predict started.
+    """
+    on_stack = _stack_ids()
+    me = threading.get_ident()
+    with _lock:
+        stale = [
+            r
+            for r, rec in _open.items()
+            if rec.thread == me and id(rec.frame) not in on_stack and (rec.in_keras or not keras_only)
+        ]
+    for run in stale:
+        run.close()
+
+
 def enter(run: Run, frame: FrameType | None) -> None:
     """Registers `run` as open. Open runs of this thread whose Keras loop has ended are closed first.
+
+    Until it is closed, the next Keras call of its model closes it if an exception
+    leaves it open (see the module docstring), and so does the end of the cell in IPython.
 
     Args:
         run: The run.
         frame: Its Keras loop, as `loop_frame()` found it in `on_*_begin`.
     """
-    on_stack = _stack_ids()
-    me = threading.get_ident()
+    close_stale()
     with _lock:
-        stale = [r for r, rec in _open.items() if rec.thread == me and id(rec.frame) not in on_stack]
-    for other in stale:
-        other.close()
-    with _lock:
-        _open[run] = _Record(frame)
+        _open[run] = _Record(frame, run.model)
+    _watch(run.model)
+    _watch_cells()
+
+
+def _watch(model: Any) -> None:
+    """Makes the model's next fit, evaluate or predict close stale runs before it builds its step."""
+    attributes = getattr(model, "__dict__", None)
+    if attributes is None:
+        return
+    for name in _ENTRY_POINTS:
+        own = getattr(type(model), name, None)
+        if own is None or name in attributes:  # ours already, or the user's own override
+            continue
+
+        def entry(*args: Any, own_method: Any = own, **kwargs: Any) -> Any:
+            close_stale()
+            return own_method(model, *args, **kwargs)
+
+        setattr(entry, _OVERRIDE, True)
+        attributes[name] = entry  # past Keras's __setattr__: nothing for it to track
+
+
+def _unwatch(model: Any) -> None:
+    attributes = getattr(model, "__dict__", None) or {}
+    for name in _ENTRY_POINTS:
+        if getattr(attributes.get(name), _OVERRIDE, False):
+            del attributes[name]
+
+
+_cells_watched = False
+
+
+def _watch_cells() -> None:
+    """In IPython, closes at the end of each cell the runs that cell's Keras calls left open."""
+    global _cells_watched  # pylint: disable=global-statement
+    ipython = sys.modules.get("IPython")
+    if _cells_watched or ipython is None:
+        return
+    shell = ipython.get_ipython()
+    if shell is None:
+        return
+    _cells_watched = True
+    # Only runs of Keras's own loops: a loop that drives the callback itself may span cells.
+    shell.events.register("post_run_cell", lambda result: close_stale(keras_only=True))
 
 
 def claim(run: Run, hooks: Sequence[Any]) -> None:
@@ -120,6 +198,9 @@ def leave(run: Run) -> None:
         for hook in record.hooks if record is not None else ():
             if _owners.get(id(hook)) is run:
                 del _owners[id(hook)]
+        watched = record is not None and not any(r.model is record.model for r in _open.values())
+    if watched and record is not None:
+        _unwatch(record.model)
     # Stock hooks write through SummaryWriterCache, which flushes only every
     # 120 s; what they wrote must be on disk when the run is over.
     with FileWriterCache._lock:  # pylint: disable=protected-access

@@ -48,7 +48,10 @@ containers' `build`; `_batch._Patches`, undone at the run's end); the order of t
 outputs (tf_keras orders its step counter after the first in `tf.nest`'s sorted order, so the keys
 that carry values out of the step sort last: `_batch.BATCH_KEY`, `_tensors.TENSORS_KEY`); a tf_keras
 metric's state variables held as its attributes (`_batch._with_state` reads its `result()` with
-tensors in their place); stack frames: the Keras loop of a run
+tensors in their place); the model's `make_train_function`,
+`make_test_function` and `make_predict_function`, which every `fit`, `evaluate` and `predict` calls
+before its first step (`_runs._watch`, instance-level overrides while a run is open, to close a run an
+interrupt left open; missing, the run is closed at the next run as before); stack frames: the Keras loop of a run
 (`_runs.loop_frame`, Keras's `CallbackList` calls `on_*`), TF's own collection reads
 (`_graph._called_by_hook_code`, `_graph._exporting_meta_graph`); and, for an error's
 note only, the frame of `tf.compat.v1.assign*` in a traceback (`_dispatch`).

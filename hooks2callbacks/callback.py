@@ -76,9 +76,14 @@ On error: an exception raised by a hook propagates unchanged, with a note that
 names the hook and method. As in TF1, `after_run` of the failing step and all
 `end()` calls are skipped; the session is closed, summary writers are flushed
 and the model gets its own train function back. When Keras itself raises, it calls no callback; the run left open is
-closed (without `end()`) by `HookCallback.close()`, on leaving a `with
-HookCallback(...)` block, when the next run of any HookCallback begins in the
-thread, or at interpreter exit (see `hooks2callbacks._runs`).
+closed (without `end()`), and the model gets its own train function back, at the
+first of: the end of the Jupyter cell, the model's next `fit`, `evaluate` or
+`predict` (hooked or not), `HookCallback.close()`, leaving a `with
+HookCallback(...)` block, the next run of any HookCallback in the thread,
+interpreter exit (see `hooks2callbacks._runs`).
+
+A callback listed k times in one call gets each event k times in a row; the
+first of each k goes to the hooks (with a warning), so they run once per event.
 
 The global step counts the optimizer's applied updates. It is counted, one a
 batch, where a batch callback means one update; read from `optimizer.iterations`
@@ -90,6 +95,7 @@ the step, stale and new, as it was.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import Any, cast
@@ -103,6 +109,7 @@ from hooks2callbacks._dispatch import HookRunner, Hooks, as_hook_list, is_factor
 from hooks2callbacks._distribute import StopAgreement, is_chief, is_default, is_multi_worker, strategy_of
 from hooks2callbacks._graph import OP_NAME, log_key_of
 from hooks2callbacks._model import accumulation_steps, global_step_of, has_weights
+from hooks2callbacks._rerun import note_traps
 from hooks2callbacks._seams import context
 from hooks2callbacks._tensors import prediction_logs
 
@@ -326,6 +333,12 @@ class HookCallback(keras.callbacks.Callback):
         self._stopped = False
         self._in_fit = False
         self._reads_step = False
+        # Listed k times in one Keras call, the callback gets each event k times in a row:
+        # the first of each k goes to the hooks (see `_repeat`).
+        self._copies = 1
+        self._echo = 0
+        # An eval-mode callback in fit(): whether a validation pass ran it (None: warned, or not in fit).
+        self._ran_in_fit: bool | None = None
 
     def __repr__(self) -> str:
         text = f"HookCallback(mode={self.mode!r}, hooks={_describe(self.hooks)}"
@@ -353,6 +366,10 @@ class HookCallback(keras.callbacks.Callback):
                 f"never run. Use HookCallback(..., mode={mode!r}) there, or pass this callback "
                 f"to {_KERAS_CALL[self.mode]}."
             )
+        loop = _runs.loop_frame()
+        if self._pending == mode and loop is not None and loop is self._loop:
+            self._listed_again(mode)
+            return
         self.close()
         model = self.model
         if mode == "train" and getattr(model, "optimizer", None) is None:
@@ -365,8 +382,29 @@ class HookCallback(keras.callbacks.Callback):
         # as TF1 hooks saw the step restored from model_dir, they see the step that a
         # callback such as BackupAndRestore restores there, wherever it is listed.
         self._pending = mode
-        self._loop = _runs.loop_frame()
+        self._loop = loop
         self._stopped = False
+        self._copies, self._echo = 1, 0
+
+    def _listed_again(self, mode: str) -> None:
+        """The same callback is in this call's callbacks once more: its hooks still run once per event."""
+        self._copies += 1
+        if self._copies == 2:
+            warnings.warn(
+                f"{self!r} is listed more than once in the callbacks of this Keras "
+                f"{_KERAS_CALL[mode].split(' or ')[0]} call (a notebook cell that runs "
+                "callbacks.append(callback) again does this). Its hooks run once per event, "
+                "as if it were listed once; pass it once to silence this warning.",
+                UserWarning,
+                stacklevel=4,
+            )
+
+    def _repeat(self) -> bool:
+        """Whether this call repeats the event just handled, for a callback listed more than once."""
+        if self._copies == 1:
+            return False
+        self._echo = (self._echo + 1) % self._copies
+        return self._echo != 1
 
     def _begin(self, mode: str, steps: bool = True) -> None:
         """Begins the hooks of the pending run; `steps=False` for a run of no batch (no step to wrap)."""
@@ -399,10 +437,13 @@ class HookCallback(keras.callbacks.Callback):
         self._reads_step = mode == "train" and (
             steps_per_execution(model) != 1 or accumulation_steps(model.optimizer) != 1
         )
+        step = global_step_of(model)
+        if mode == "train":  # a factory's hooks are new each run
+            note_traps([h for source in hooks if not is_factory(source) for h in cast(Sequence[Any], source)], step)
         self._runner = HookRunner(
             hooks,
             model,
-            global_step_of(model),
+            step,
             advances=mode == "train",
             name=repr(self),
             batch_mode=mode if mode != "predict" and steps else None,
@@ -443,6 +484,8 @@ class HookCallback(keras.callbacks.Callback):
             runner.close()
 
     def _batch_begin(self, batch: int) -> None:
+        if self._copies != 1 and self._repeat():
+            return
         if self._pending is not None:
             self._begin(self._pending)
         runner = self._runner
@@ -450,6 +493,8 @@ class HookCallback(keras.callbacks.Callback):
             runner.before_run()
 
     def _batch_end(self, batch: int, logs: Any, mode: str) -> None:
+        if self._copies != 1 and self._repeat():
+            return
         runner = self._runner
         if runner is None or self._stopped:
             return
@@ -479,11 +524,23 @@ class HookCallback(keras.callbacks.Callback):
         self._in_fit = True
         if self.mode != "eval":  # eval-mode callbacks run on the validation passes
             self._start("train")
+        else:
+            self._ran_in_fit = False
 
     def on_train_end(self, logs: Any = None) -> None:
         self._in_fit = False
-        if self.mode == "train":
+        if self.mode == "train" and not self._repeat():
             self._finish()
+        elif self.mode == "eval" and self._ran_in_fit is False:
+            self._ran_in_fit = None
+            warnings.warn(
+                f"{self!r} was passed to fit(), which ran no validation pass, so its hooks never "
+                "ran. An eval-mode HookCallback runs on fit()'s validation passes: pass "
+                "validation_data=... (and a validation_freq that falls within the epochs), or "
+                "pass it to evaluate().",
+                UserWarning,
+                stacklevel=2,
+            )
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         if self.mode == "train":
@@ -497,9 +554,11 @@ class HookCallback(keras.callbacks.Callback):
         # A train-mode callback ignores the validation passes inside fit().
         if self.mode == "eval" or not self._in_fit:
             self._start("eval")
+            if self._ran_in_fit is False:
+                self._ran_in_fit = True
 
     def on_test_end(self, logs: Any = None) -> None:
-        if self.mode == "eval":
+        if self.mode == "eval" and not self._repeat():
             self._finish()
 
     def on_test_batch_begin(self, batch: int, logs: Any = None) -> None:
@@ -514,7 +573,7 @@ class HookCallback(keras.callbacks.Callback):
         self._start("predict")
 
     def on_predict_end(self, logs: Any = None) -> None:
-        if self.mode == "predict":
+        if self.mode == "predict" and not self._repeat():
             self._finish()
 
     def on_predict_batch_begin(self, batch: int, logs: Any = None) -> None:

@@ -1,9 +1,10 @@
 """Executes the notebooks in `notebooks/` with a real Jupyter kernel, as CI and a maintainer do.
 
 `tests/test_notebooks.py` runs them through this module; to refresh the outputs
-that are committed with them, run from the repository root:
+that are committed with them, run from the repository root (the one command
+that regenerates every notebook's outputs, with this checkout's package):
 
-    TF_CPP_MIN_LOG_LEVEL=3 python tests/notebook_runner.py            # all notebooks
+    python tests/notebook_runner.py                                   # all notebooks
     TF_CPP_MIN_LOG_LEVEL=3 python tests/notebook_runner.py notebooks/01_quickstart.ipynb
 
 Each notebook runs top to bottom in a fresh `python3` kernel (the `ipykernel`
@@ -107,6 +108,10 @@ def execute(path: Path, timeout: int = CELL_TIMEOUT_S) -> tuple[nbformat.Noteboo
     """
     notebook = nbformat.read(path, as_version=4)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # The kernel imports this checkout's hooks2callbacks, whatever is installed.
+    root = str(NOTEBOOKS_DIR.parent)
+    if os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != root:
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     client = NotebookClient(
         notebook,
         timeout=timeout,

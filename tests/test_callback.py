@@ -347,3 +347,75 @@ def test_a_run_of_no_batch_still_begins_and_ends_the_hooks(K):
         X, Y, batch_size=32, initial_epoch=2, epochs=2, verbose=0, callbacks=[HookCallback(RecordingHook("h", calls))]
     )
     assert [c[1] for c in calls] == ["begin", "after_create_session", "end"]
+
+
+# -- notebook re-run habits ----------------------------------------------------
+
+
+def test_a_callback_listed_twice_runs_its_hooks_once_per_event_and_warns_naming_it(K, tmp_path):
+    # The notebook habit: `callbacks.append(callback)` in a cell run twice.
+    calls: list = []
+    saver = tf.compat.v1.train.CheckpointSaverHook(str(tmp_path), save_steps=100)
+    callback = HookCallback([RecordingHook("h", calls)], chief_only_hooks=[saver])
+    callbacks = [callback]
+    callbacks.append(callback)
+    model = make_model(K)
+    with pytest.warns(UserWarning, match=r"HookCallback\(mode='train', hooks=\[RecordingHook\].*listed more than once"):
+        model.fit(X, Y, batch_size=32, epochs=2, verbose=0, callbacks=callbacks)
+    expected = [("h", "begin"), ("h", "after_create_session")]
+    for step in range(20):
+        expected += [("h", "before_run", False), ("h", "after_run", step, False)]
+    assert calls == [*expected, ("h", "end")]
+    # The hooks' global step is the optimizer's: the checkpoint of the end is step 20, not 40.
+    assert iterations(model) == 20
+    latest = tf.train.latest_checkpoint(str(tmp_path))
+    assert latest.endswith("-20")
+    assert tf.train.load_variable(latest, "global_step") == 20
+
+
+def test_a_callback_listed_three_times_in_evaluate_and_predict_runs_once_per_event(K):
+    calls: list = []
+    model = make_model(K)
+    evaluating = HookCallback(RecordingHook("e", calls, stop_at=None), mode="eval")
+    with pytest.warns(UserWarning, match="listed more than once"):
+        model.evaluate(X, Y, batch_size=32, verbose=0, callbacks=[evaluating] * 3)
+    assert [c[1] for c in calls] == ["begin", "after_create_session"] + ["before_run", "after_run"] * 10 + ["end"]
+    calls.clear()
+    predicting = HookCallback(RecordingHook("p", calls), mode="predict")
+    with pytest.warns(UserWarning, match="listed more than once"):
+        model.predict(X, batch_size=32, verbose=0, callbacks=[predicting, predicting])
+    assert [c[1] for c in calls] == ["begin", "after_create_session"] + ["before_run", "after_run"] * 10 + ["end"]
+
+
+def test_an_eval_callback_listed_twice_in_fit_runs_once_per_validation_pass(K):
+    calls: list = []
+    callback = HookCallback(RecordingHook("e", calls), mode="eval")
+    x_val, y_val = make_data(64, seed=1)
+    with pytest.warns(UserWarning, match="listed more than once"):
+        make_model(K).fit(
+            X, Y, batch_size=32, epochs=2, verbose=0, validation_data=(x_val, y_val), callbacks=[callback, callback]
+        )
+    one_pass = ["begin", "after_create_session", "before_run", "after_run", "before_run", "after_run", "end"]
+    assert [c[1] for c in calls] == one_pass * 2
+    assert steps_seen(calls, "e") == [10, 10, 20, 20]
+
+
+@pytest.mark.parametrize(
+    "validation", [{}, {"validation_freq": 3}], ids=["no_validation_data", "validation_freq_beyond_the_epochs"]
+)
+def test_an_eval_callback_that_fit_never_ran_is_pointed_out_naming_validation_data(K, validation):
+    calls: list = []
+    callback = HookCallback(RecordingHook("e", calls), mode="eval")
+    if validation:
+        validation = {**validation, "validation_data": make_data(64, seed=1)}
+    with pytest.warns(UserWarning, match=r"mode='eval'.*ran no validation pass.*validation_data="):
+        make_model(K).fit(X, Y, batch_size=32, epochs=2, verbose=0, callbacks=[callback], **validation)
+    assert calls == []
+
+
+def test_an_eval_callback_that_fit_ran_raises_no_warning(K, recwarn):
+    callback = HookCallback(RecordingHook("e", []), mode="eval")
+    make_model(K).fit(
+        X, Y, batch_size=32, epochs=2, verbose=0, validation_data=make_data(64, seed=1), callbacks=[callback]
+    )
+    assert not [w for w in recwarn if "HookCallback" in str(w.message)]

@@ -6,6 +6,10 @@ committed outputs (`python tests/notebook_runner.py`).
 
 from __future__ import annotations
 
+import math
+import os
+import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +35,96 @@ def _code_cells(notebook: Any) -> list[Any]:
 
 
 def _check_hook_lines_apart_from_the_bar(notebook: Any, name: str) -> None:
-    """The notebooks' logger settings: hook lines on stderr, never inside Keras's stdout output."""
-    streams = [o for c in _code_cells(notebook) for o in c.outputs if o.output_type == "stream"]
-    assert any("INFO:tensorflow:" in o.text for o in streams if o.name == "stderr"), f"{name}: no hook lines"
-    glued = [o.text for o in streams if o.name == "stdout" and "INFO:tensorflow:" in o.text]
-    assert not glued, f"{name}: hook lines in Keras's stdout output: {glued[0][:300]!r}"
+    """`notebook_logging()`: hook lines on stdout, each a line of its own that starts with its mode."""
+    lines = [
+        line
+        for c in _code_cells(notebook)
+        for o in c.outputs
+        if o.output_type == "stream" and o.name == "stdout"
+        for line in o.text.splitlines()
+    ]
+    assert any(line.startswith(_MODES) for line in lines), f"{name}: no hook lines"
+    glued = [line for line in lines if any(mode in line[1:] for mode in _MODES)]
+    assert not glued, f"{name}: a hook line continues another line: {glued[0][:300]!r}"
+    stderr = [
+        o.text for c in _code_cells(notebook) for o in c.outputs if o.output_type == "stream" and o.name == "stderr"
+    ]
+    assert not [text for text in stderr if "INFO:tensorflow:" in text], f"{name}: hook lines on stderr"
+
+
+_MODES = ("[train] ", "[eval] ", "[predict] ")
+
+# -- a fresh run's text outputs against the committed ones ---------------------------------
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_BAR = re.compile(r"^\s*(\d+)/(\d+) .*(━|\[=|\.\.\.\.)")  # Keras 3's and tf_keras's progress bars
+_TIMINGS = [
+    (re.compile(r"\(\d+(\.\d+)? sec\)"), "(<t> sec)"),  # LoggingTensorHook's time since its last line
+    (re.compile(r"\b\d+(\.\d+)?(ms|us|µs|s)(/step|/epoch)?\b"), "<t>"),  # Keras's bar: 3ms/step, 1s
+    (re.compile(r"global_step/sec: [0-9.e+-]+"), "global_step/sec: <t>"),
+    (re.compile(r"(executed|ran|took|in) \d+(\.\d+)? ?s\b"), r"\1 <t> s"),
+]
+_ADDRESS = re.compile(r"0x[0-9a-f]+")
+_FLOAT = re.compile(r"-?\d+\.\d+(e[-+]?\d+)?|nan|inf")
+# Two runs of the same seeded notebook agree to float32 rounding on one machine; across CPUs
+# (oneDNN picks kernels by instruction set) the last digits may differ.
+_REL, _ABS = 2e-3, 1e-4
+
+
+def _normalise(text: str) -> str:
+    """A text output without what differs between runs: timings, temporary paths, addresses, bar states.
+
+    Keras's progress bar keeps only its final state of each epoch (k == N): the states drawn in
+    between depend on the time each step took.
+    """
+    text = _ANSI.sub("", text)
+    for root in {tempfile.gettempdir(), os.path.realpath(tempfile.gettempdir())}:
+        text = re.sub(re.escape(root) + r"/[^\s'\",)]*", "<tmp>", text)
+    text = text.replace(str(Path(__file__).resolve().parent.parent), "<repo>")
+    text = re.sub(r"(\.py):\d+:", r"\1:<n>:", text)
+    text = _ADDRESS.sub("0x<a>", text)
+    for pattern, replacement in _TIMINGS:
+        text = pattern.sub(replacement, text)
+    lines = []
+    for line in text.splitlines():
+        bar = _BAR.match(line)
+        if bar is None or bar.group(1) == bar.group(2):
+            lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+def _texts(cell: Any) -> list[tuple[str, str]]:
+    """The cell's text outputs, in order: `(stream name or output type, normalised text)`."""
+    texts = []
+    for output in cell.outputs:
+        if output.output_type == "stream":
+            texts.append((output.name, _normalise(output.text)))
+        elif "text/plain" in output.get("data", {}):
+            texts.append((output.output_type, _normalise(output.data["text/plain"])))
+    return texts
+
+
+def _same_text(committed: str, fresh: str) -> bool:
+    """Equal, but for floats within `_REL`/`_ABS` of each other."""
+    if _FLOAT.sub("<f>", committed) != _FLOAT.sub("<f>", fresh):
+        return False
+    return all(
+        a == b or math.isclose(float(a), float(b), rel_tol=_REL, abs_tol=_ABS)
+        for a, b in zip(
+            (m.group(0) for m in _FLOAT.finditer(committed)), (m.group(0) for m in _FLOAT.finditer(fresh)), strict=True
+        )
+    )
+
+
+def _first_difference(committed: Any, fresh: Any) -> str | None:
+    for index, (old, new) in enumerate(zip(_code_cells(committed), _code_cells(fresh), strict=True)):
+        old_texts, new_texts = _texts(old), _texts(new)
+        same = len(old_texts) == len(new_texts) and all(
+            a[0] == b[0] and _same_text(a[1], b[1]) for a, b in zip(old_texts, new_texts, strict=True)
+        )
+        if not same:
+            return f"code cell {index + 1}:\n--- committed\n{old_texts}\n+++ fresh run\n{new_texts}"
+    return None
 
 
 def test_there_are_five_notebooks() -> None:
@@ -73,3 +162,26 @@ def test_runs_top_to_bottom_in_a_kernel_and_matches_what_is_committed(path: Path
     assert [_shape(c) for c in _code_cells(executed)] == [_shape(c) for c in _code_cells(committed)], (
         f"{path.name}'s committed outputs differ from a fresh run; run: python tests/notebook_runner.py {path}"
     )
+    # And they say what a fresh run says: same text, but for timings, temporary paths, the
+    # progress bar's states between its final ones, and float digits (see _normalise).
+    difference = _first_difference(committed, executed)
+    assert difference is None, (
+        f"{path.name}'s committed text outputs are not what a fresh run prints; regenerate all "
+        f"notebooks with: python tests/notebook_runner.py\n{difference}"
+    )
+
+
+def test_normalising_keeps_values_and_drops_only_what_differs_between_runs() -> None:
+    bar = "\x1b[1m 3/10\x1b[0m ━━━━ \x1b[1m0s\x1b[0m 5ms/step - loss: 1.0904"
+    done = "10/10 ━━━━━━━━━━━━━━━━━━━━ 1s 17ms/step - loss: 1.2129 - val_loss: 1.1397"
+    path = f"{tempfile.gettempdir()}/hooks2callbacks-02/model.ckpt-300"
+    text = f"Epoch 1/2\n{bar}\n[train] loss = 1.25 (0.008 sec)\n{done}\n{path}"
+    assert _normalise(text).splitlines() == [
+        "Epoch 1/2",
+        "[train] loss = 1.25 (<t> sec)",
+        "10/10 ━━━━━━━━━━━━━━━━━━━━ <t> <t> - loss: 1.2129 - val_loss: 1.1397",
+        "<tmp>",
+    ]
+    assert _same_text("loss = 1.2129, accuracy = 0.9375", "loss = 1.2131, accuracy = 0.9375")
+    assert not _same_text("loss = 0.929, accuracy = 1.0", "loss = 1.1493, accuracy = 1.0")  # issue 31's stale line
+    assert not _same_text("loss = 1.2129", "val_loss = 1.2129")
