@@ -42,7 +42,7 @@ import tensorflow as tf
 from google.protobuf import text_format
 
 from hooks2callbacks._checkpoint import install_saver, restore_checkpoint, restore_tf1_checkpoint
-from hooks2callbacks._graph import AdapterGraph, log_tensor
+from hooks2callbacks._graph import OP_NAME, AdapterGraph, log_tensor
 from hooks2callbacks._model import global_step_of, outside_strategy
 from hooks2callbacks._seams import context
 
@@ -291,9 +291,10 @@ def _stamp_checkpoints(model_dir: str) -> None:
 class _EvalResultsWriter(tf.compat.v1.train.SessionRunHook):
     """`Estimator.evaluate`'s results, as it wrote them: scalars in `eval_dir` at the global step.
 
-    Its `after_run` keeps the step's values (an eval-mode `HookCallback` gives
-    the evaluation's aggregates so far); `end()` logs them and writes each as a
-    scalar summary, as `_write_dict_to_summary` did with `evaluate()`'s results.
+    Its `after_run` keeps the step's log keys; `end()` fetches them (in an
+    eval-mode `HookCallback`'s `end()`, the evaluation's results, what
+    `evaluate()` returns), logs them and writes each as a scalar summary, as
+    `_write_dict_to_summary` did with `evaluate()`'s results.
     """
 
     def __init__(self, eval_dir: str) -> None:
@@ -315,7 +316,8 @@ class _EvalResultsWriter(tf.compat.v1.train.SessionRunHook):
 
     def end(self, session: Any) -> None:
         step = int(session.run(self._global_step))
-        results: dict[str, Any] = {k: v for k, v in self._results.items() if _is_scalar(v)}
+        keys = [k for k, v in self._results.items() if _is_scalar(v) and OP_NAME.match(k)]
+        results: dict[str, Any] = session.run({k: f"{k}:0" for k in keys})
         results["global_step"] = np.int64(step)
         tf.compat.v1.logging.info(
             "Saving dict for global step %d: %s", step, ", ".join(f"{k} = {v}" for k, v in sorted(results.items()))
