@@ -276,7 +276,9 @@ class TF1Restore:
             lacks: they keep their values.
         unused: The checkpoint's names that nothing was restored from.
         global_step: The step restored into `optimizer.iterations`, or None.
-        notes: What makes the continued run differ from TF1's, if anything.
+        notes: What makes the continued run differ from TF1's, if anything
+            (each warned of, except a learning rate not in the checkpoint and
+            an Adam epsilon other than TF1's 1e-8).
     """
 
     path: str
@@ -314,7 +316,13 @@ def restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, s
     Momentum's `<variable>/Momentum` (converted: Keras's SGD keeps
     -learning_rate times it); a `learning_rate` variable; `global_step` into
     `optimizer.iterations`. Compile the model with the TF1 optimizer's
-    hyperparameters (TF1's Adam had `epsilon=1e-8`, Keras's has 1e-7).
+    hyperparameters (TF1's Adam had `epsilon=1e-8`, Keras's has 1e-7; the
+    report's notes say so when they differ).
+
+    What the checkpoint holds that the model does not take is warned of
+    (`warnings.warn`, naming the variables and the fix): the global step into
+    a model with no optimizer, the slots of another optimizer; so is the
+    optimizer state the checkpoint lacks.
 
     Args:
         model: A built, compiled Keras model of the architecture that was saved.
@@ -379,7 +387,9 @@ def restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, s
         step = _restore_step(model, reader, shapes)
     used = {source for _, source in plan} | ({GLOBAL_STEP} if step is not None else set())
     used |= {name for name in ("beta1_power", "beta2_power") if name in shapes and _is_adam(model)}
+    unused = sorted(n for n in shapes if n not in used and not n.startswith("_") and ".ATTRIBUTES" not in n)
     differs += _adam_notes(model, reader, shapes, step)
+    differs += _state_left_behind(model, reader, unused, {source for _, source in plan})
     if not_restored:
         differs.append(
             "the optimizer's variables not in the checkpoint keep their values, so the run does not "
@@ -387,8 +397,7 @@ def restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, s
         )
     for note in differs:
         warnings.warn(f"{where}: {note}", UserWarning, stacklevel=2)
-    notes = differs + notes
-    unused = sorted(n for n in shapes if n not in used and not n.startswith("_") and ".ATTRIBUTES" not in n)
+    notes = differs + notes + _epsilon_notes(model, shapes)
     restored = {variable.name: source for variable, source in plan}
     return TF1Restore(prefix, restored, not_restored, unused, step, notes)
 
@@ -455,6 +464,84 @@ def _restore_step(model: Any, reader: Any, shapes: Mapping[str, Any]) -> int | N
 
 def _is_adam(model: Any) -> bool:
     return type(getattr(model, "optimizer", None)).__name__ == "Adam"
+
+
+# The slots each TF1 optimizer kept beside a variable, by the suffix of their names.
+_TF1_SLOTS = (
+    "Adam",
+    "Adam_1",
+    "Momentum",
+    "Adagrad",
+    "RMSProp",
+    "RMSProp_1",
+    "Ftrl",
+    "Ftrl_1",
+    "Adadelta",
+    "Adadelta_1",
+)
+# Adam's TF1 epsilon: `tf.compat.v1.train.AdamOptimizer`'s default; Keras's Adam defaults to 1e-7.
+_TF1_ADAM_EPSILON = 1e-8
+
+
+def _state_left_behind(model: Any, reader: Any, unused: list[str], weights: set[str]) -> list[str]:
+    """What the checkpoint holds of the TF1 run's state that nothing in the model took, with the fix.
+
+    That is the global step when the model has no optimizer, and the slots (and
+    Adam's `beta1_power`/`beta2_power`) of the restored weights that the model's
+    optimizer does not keep: the run then starts that state afresh, quietly,
+    where TF1 continued it.
+    """
+    optimizer = getattr(model, "optimizer", None)
+    kind = type(optimizer).__name__
+    # SGD's own momentum slots, left out for a scheduled rate, are warned of by saved_variables.
+    momentum = getattr(optimizer, "momentum", None)
+    own = ("Momentum",) if kind == "SGD" and momentum else ()
+    slots = [
+        name
+        for name in unused
+        if "/" in name
+        and name.rsplit("/", 1)[0] in weights
+        and name.rsplit("/", 1)[1] in _TF1_SLOTS
+        and name.rsplit("/", 1)[1] not in own
+    ]
+    slots += [name for name in unused if name in ("beta1_power", "beta2_power")]
+    notes = []
+    if optimizer is None:
+        if GLOBAL_STEP in unused:
+            step = int(reader.get_tensor(GLOBAL_STEP))
+            notes.append(
+                f"the checkpoint's {GLOBAL_STEP} ({step}) was not restored: the model is not compiled, so it "
+                "has no optimizer.iterations to hold it, and fit() would start again at step 0. Compile the "
+                "model with the TF1 run's optimizer before restore_tf1_checkpoint"
+            )
+        if slots:
+            notes.append(
+                f"the checkpoint's optimizer state {slots} was not restored: the model is not compiled. "
+                "Compile it with the TF1 run's optimizer (AdamOptimizer: keras.optimizers.Adam(epsilon=1e-8)) "
+                "before restore_tf1_checkpoint to continue that state"
+            )
+    elif slots:
+        notes.append(
+            f"the checkpoint's {slots} are the state of another optimizer than the model's {kind}, and "
+            f"were not restored: {kind} starts its own state afresh, so the run does not continue TF1's. "
+            "Compile the model with the TF1 run's optimizer (AdamOptimizer: keras.optimizers.Adam("
+            "epsilon=1e-8); MomentumOptimizer: keras.optimizers.SGD(momentum=...)) to continue it"
+        )
+    return notes
+
+
+def _epsilon_notes(model: Any, shapes: Mapping[str, Any]) -> list[str]:
+    """TF1's `AdamOptimizer` epsilon is 1e-8 and Keras's 1e-7: alone, that moves each step by ~1e-5."""
+    if not _is_adam(model) or not any(n.endswith("/Adam") or n == "beta1_power" for n in shapes):
+        return []
+    epsilon = getattr(model.optimizer, "epsilon", None)
+    if isinstance(epsilon, float) and np.isclose(epsilon, _TF1_ADAM_EPSILON, rtol=1e-6, atol=0):
+        return []
+    return [
+        f"the model's Adam has epsilon={epsilon}, and TF1's AdamOptimizer defaulted to 1e-8: unless the TF1 "
+        "run set its own, each step differs (~1e-5 a step at rate 0.1). Compile "
+        "keras.optimizers.Adam(epsilon=1e-8) to continue it exactly"
+    ]
 
 
 def _adam_notes(model: Any, reader: Any, shapes: Mapping[str, Any], step: int | None) -> list[str]:

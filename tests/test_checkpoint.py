@@ -363,6 +363,66 @@ def test_the_report_names_what_was_restored_and_a_warning_says_what_was_not(K, t
     assert "Not in the checkpoint, left as they were: dense/kernel/Adam" in text
 
 
+def uncompiled_mlp(K):
+    """`make_model`'s MLP with TF1's layer names, built and never compiled: it has no optimizer."""
+    compiled = make_model(K, layer_names=TF1_NAMES)
+    model = K.Sequential(
+        [
+            K.Input((compiled.input_shape[-1],)),
+            K.layers.Dense(compiled.layers[0].units, activation="relu", name=TF1_NAMES[0]),
+            K.layers.Dense(compiled.layers[1].units, name=TF1_NAMES[1]),
+        ]
+    )
+    assert getattr(model, "optimizer", None) is None
+    return model
+
+
+def test_the_global_step_into_an_uncompiled_model_is_warned_of_naming_the_fix(K, tmp_path):
+    """The model has no optimizer.iterations to hold the checkpoint's step (nor Adam's slots):
+    both were only report lines; now each is a warning naming the variables and the fix."""
+    tf1_train(tmp_path, weights_of(make_model(K, layer_names=TF1_NAMES)), 3, T.AdamOptimizer)
+    model = uncompiled_mlp(K)
+    with pytest.warns(UserWarning) as caught:
+        report = restore_tf1_checkpoint(model, str(tmp_path))
+    messages = [str(w.message) for w in caught]
+    step = [m for m in messages if "global_step (3) was not restored" in m]
+    assert len(step) == 1 and "the model is not compiled" in step[0] and "Compile the model" in step[0]
+    slots = [m for m in messages if "optimizer state" in m]
+    assert len(slots) == 1 and "'dense/kernel/Adam'" in slots[0] and "'beta1_power'" in slots[0]
+    assert "keras.optimizers.Adam(epsilon=1e-8)" in slots[0]
+    assert report.global_step is None and "global_step" in report.unused
+    assert any("global_step (3) was not restored" in note for note in report.notes)
+    np.testing.assert_array_equal(weights_of(model)[0], tf.train.load_variable(str(tmp_path), "dense/kernel"))
+
+
+def test_slots_of_another_optimizer_are_warned_of_naming_the_fix(K, tmp_path):
+    """An Estimator trained with Adam continued on SGD: the weights and the step are restored,
+    Adam's slots go nowhere, and a warning names them and the optimizer to compile with."""
+    tf1_train(tmp_path, weights_of(make_model(K, layer_names=TF1_NAMES)), 3, T.AdamOptimizer)
+    model = make_model(K, layer_names=TF1_NAMES)  # SGD
+    with pytest.warns(UserWarning, match=r"'dense/kernel/Adam', 'dense/kernel/Adam_1'.*another optimizer than") as w:
+        report = restore_tf1_checkpoint(model, str(tmp_path))
+    message = next(str(x.message) for x in w if "another optimizer" in str(x.message))
+    assert "the model's SGD" in message and "'beta1_power'" in message
+    assert "keras.optimizers.Adam(epsilon=1e-8)" in message
+    assert report.global_step == 3 and iterations(model) == 3
+    assert any("dense_1/bias/Adam_1" in note for note in report.notes)
+
+
+def test_the_report_names_the_adam_epsilon_difference(K, tmp_path):
+    """TF1's AdamOptimizer epsilon is 1e-8 and Keras's Adam's 1e-7: the report says so when the
+    checkpoint holds Adam's state and the model's Adam has another epsilon, and is silent at 1e-8."""
+    tf1_train(tmp_path, weights_of(make_model(K, layer_names=TF1_NAMES)), 3, T.AdamOptimizer)
+    notes = {}
+    for epsilon in (1e-7, 1e-8):
+        model = make_model(K, layer_names=TF1_NAMES)
+        model.compile(optimizer=K.optimizers.Adam(RATE, epsilon=epsilon), loss="sparse_categorical_crossentropy")
+        notes[epsilon] = restore_tf1_checkpoint(model, str(tmp_path)).notes
+    assert notes[1e-8] == []
+    assert len(notes[1e-7]) == 1 and "epsilon=1e-07" in notes[1e-7][0]
+    assert "keras.optimizers.Adam(epsilon=1e-8)" in notes[1e-7][0]
+
+
 def test_an_assignment_map_restores_from_other_scopes(tmp_path):
     start = weights_of(make_model(layer_names=TF1_NAMES))
     tf1_train(tmp_path, start, 2, T.GradientDescentOptimizer, scopes=("mlp/hidden", "mlp/logits"))

@@ -350,3 +350,46 @@ def test_a_custom_train_step_has_the_predictions_it_passes_to_keras(K, passes_y_
     else:
         with pytest.raises(BatchValueError, match="passed no y_pred to compute_metrics or compute_loss"):
             fit_in_order(model, [HookCallback([hook], values="running_mean")], 2)
+
+
+def streaming_train_accuracy(labels, logits, logged):
+    """TF1's official MNIST `train_accuracy`: `tf.metrics.accuracy(labels, argmax(logits))[1]`,
+    logged each step by the stock LoggingTensorHook, beside the batch's own accuracy; its
+    formatter keeps what it was given."""
+
+    def formatter(values):
+        logged.append(values)
+        return ", ".join(f"{k} = {v}" for k, v in values.items())
+
+    predicted = tf.argmax(logits, 1)
+    tensors = {
+        "train_accuracy": tf.compat.v1.metrics.accuracy(labels, predicted)[1],
+        "batch_accuracy": tf.reduce_mean(tf.cast(tf.equal(predicted, tf.cast(labels, tf.int64)), tf.float32)),
+    }
+    return [T.LoggingTensorHook(tensors, every_n_iter=1, formatter=formatter)]
+
+
+def test_a_streaming_train_metric_rebuilt_in_a_factory_aggregates_across_epochs_as_under_tf1(K):
+    """The exact rebuild of a TF1 streaming train metric: in a hooks factory, over the batch's
+    labels and predictions. Two epochs under HookCallback and the same 20 steps under a real
+    MonitoredSession log the same aggregate at every step, never reset at the epoch boundary."""
+    per_epoch = len(X) // BATCH
+    tf1, keras_side = [], []
+
+    def tf1_hooks():
+        graph = tf.compat.v1.get_default_graph()
+        return streaming_train_accuracy(graph.get_tensor_by_name("y:0"), graph.get_tensor_by_name("logits:0"), tf1)
+
+    run_tf1_mlp(tf1_hooks, weights_of(make_model(K, layer_names=TF1_NAMES)), 2 * per_epoch)
+    model = make_model(K, layer_names=TF1_NAMES)
+    factory = lambda: streaming_train_accuracy(log_tensor("labels"), log_tensor("predictions"), keras_side)  # noqa: E731
+    model.fit(X, Y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0, callbacks=[HookCallback(factory)])
+    assert len(tf1) == len(keras_side) == 2 * per_epoch
+    for key in ("train_accuracy", "batch_accuracy"):
+        np.testing.assert_allclose([v[key] for v in keras_side], [v[key] for v in tf1], rtol=1e-5)
+    # Not reset at Keras's epoch boundary: epoch 2's first step adds its batch to the 10 before.
+    first, last = keras_side[per_epoch], keras_side[per_epoch - 1]
+    assert first["train_accuracy"] == pytest.approx(
+        (last["train_accuracy"] * per_epoch + first["batch_accuracy"]) / (per_epoch + 1), rel=1e-5
+    )
+    assert first["train_accuracy"] != pytest.approx(first["batch_accuracy"])
