@@ -294,7 +294,9 @@ def _describe_args(args: Any) -> tuple[str, dict[str, str]]:
     for path, leaf in _paths("results", fetches):
         names[path] = leaf if isinstance(leaf, str) else str(getattr(leaf, "name", type(leaf).__name__))
     feeds = " with feed_dict" if getattr(args, "feed_dict", None) else ""
-    return f"SessionRunArgs({sorted(names)}){feeds}", names
+    # The fetches' structure shows in the results, leaf by leaf; in predict mode a hook that
+    # re-fetches original_args fetched the predictions dict in TF1 and "outputs" under Keras.
+    return f"SessionRunArgs{feeds}", names
 
 
 def _paths(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
@@ -314,7 +316,26 @@ def _paths(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
 def _leaves(prefix: str, value: Any) -> dict[str, Any]:
     if isinstance(value, Mapping) and not isinstance(value, dict):
         value = dict(value)  # a view of the step's values (before_run returned None)
-    return dict(_paths(prefix, value))
+    return {path: _summary_values(leaf) for path, leaf in _paths(prefix, value)}
+
+
+def _summary_values(leaf: Any) -> Any:
+    """A serialized `Summary` (a summary op's result) as its values by tag, else the leaf itself.
+
+    Compared as bytes, two summaries of float32 values one unit apart would differ.
+    """
+    if not isinstance(leaf, bytes) or not leaf:
+        return leaf
+    try:
+        summary = tf.compat.v1.Summary.FromString(leaf)
+    except Exception:  # noqa: BLE001  # not a Summary: the bytes are compared as they are
+        return leaf
+    if not summary.value or summary.SerializeToString() != leaf:
+        return leaf
+    return {
+        f"summary {v.tag!r}": np.float32(v.simple_value) if v.WhichOneof("value") == "simple_value" else "written"
+        for v in summary.value
+    }
 
 
 @contextlib.contextmanager
@@ -354,6 +375,7 @@ _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|
 _TIMED_LINE = (
     re.compile(r"\(\s*[-+0-9.eE]+\s*sec\)"),
     re.compile(r"((?:[\w/]*sec[\w/]*|[\w/]*per_second[\w/]*)\s*[:=]\s*)[-+0-9.eE]+", re.IGNORECASE),
+    re.compile(r"(\btime\b[^:=]*[:=]\s*)[-+0-9.eE]+", re.IGNORECASE),
 )
 
 
@@ -363,7 +385,7 @@ def _timed(tag: str) -> bool:
 
 def _untimed(line: str) -> str:
     line = _TIMED_LINE[0].sub("(<time> sec)", line)
-    return _TIMED_LINE[1].sub(r"\1<time>", line)
+    return _TIMED_LINE[2].sub(r"\1<time>", _TIMED_LINE[1].sub(r"\1<time>", line))
 
 
 # -- data -----------------------------------------------------------------------------
@@ -780,7 +802,16 @@ def _compare_hook(
             b = other.lines[i] if i < len(other.lines) else None
             if a is None or b is None or not compare.line(a, b):
                 found.append(Difference(name, event.method, event.step, f"log[{i}]", a, b, "value"))
-    return found
+    return sorted(found, key=_when)
+
+
+_ORDER = {"begin": 0, "after_create_session": 1, "before_run": 2, "after_run": 3, "end": 4}
+
+
+def _when(difference: Difference) -> tuple[int, int]:
+    """Orders a hook's differences as the calls happened (a sort is stable: the order of each call's items stays)."""
+    step = difference.step if difference.step is not None else -1
+    return (step + (1 if difference.method == "end" else 0), _ORDER.get(difference.method, 5))
 
 
 def _present(value: Any) -> Any:
