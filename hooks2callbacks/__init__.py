@@ -7,12 +7,15 @@ from hooks2callbacks._fetch import UnknownLogKeyError
 from hooks2callbacks._graph import log_tensor
 from hooks2callbacks._notebook import notebook_logging
 from hooks2callbacks.callback import HookCallback
+from hooks2callbacks.migration import MigrationReport, check_migration
 
 __all__ = [
     "BatchValueError",
     "HookCallback",
+    "MigrationReport",
     "TF1Restore",
     "UnknownLogKeyError",
+    "check_migration",
     "estimator_hooks",
     "install_estimator_aliases",
     "log_tensor",

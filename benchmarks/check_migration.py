@@ -1,0 +1,90 @@
+"""The cost of `check_migration`: 100 train steps of a small MNIST-sized model, both sides, compared.
+
+Run from the repository root:
+
+    TF_CPP_MIN_LOG_LEVEL=3 python benchmarks/check_migration.py [--steps 100] [--repeats 3]
+
+The model is a TF1 `model_fn` of 784 inputs (28x28), a 128-unit ReLU layer and
+10 classes, with its Keras twin; the data are random images in batches of 32.
+The hooks are the ones a migrated Estimator job typically runs: StopAtStepHook,
+LoggingTensorHook on the loss every 10 steps, NanTensorHook, CheckpointSaverHook
+every 50 steps, StepCounterHook and a SummarySaverHook every 10 steps. Reported:
+the wall time of each whole check (graph building, the same start, both runs,
+reading the checkpoints, the comparison), the first one apart (it traces Keras's
+step), and whether the report was ok. Target (issue 30): under a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from hooks2callbacks import check_migration
+from hooks2callbacks._estimator import EstimatorSpec
+
+V1 = tf.compat.v1
+
+
+def model_fn(features, labels, mode, params):
+    hidden = V1.layers.dense(features, 128, activation=tf.nn.relu, name="dense")
+    logits = V1.layers.dense(hidden, 10, name="dense_1")
+    loss = tf.identity(V1.losses.sparse_softmax_cross_entropy(labels, logits), name="cross_entropy")
+    train_op = V1.train.GradientDescentOptimizer(0.05).minimize(loss, V1.train.get_global_step())
+    return EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def keras_model() -> keras.Model:
+    model = keras.Sequential(
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(128, activation="relu", name="dense"),
+            keras.layers.Dense(10, name="dense_1"),
+        ]
+    )
+    model.compile(keras.optimizers.SGD(0.05), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def hooks(steps: int):
+    def make():
+        summary = V1.summary.scalar("loss", V1.get_default_graph().get_tensor_by_name("cross_entropy:0"))
+        return [
+            V1.train.StopAtStepHook(last_step=steps),
+            V1.train.LoggingTensorHook({"loss": "cross_entropy:0"}, every_n_iter=10),
+            V1.train.NanTensorHook("cross_entropy:0"),
+            V1.train.CheckpointSaverHook("model_dir", save_steps=50),
+            V1.train.StepCounterHook(every_n_steps=10, output_dir="model_dir"),
+            V1.train.SummarySaverHook(save_steps=10, output_dir="model_dir", summary_op=summary),
+        ]
+
+    return make
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    x = rng.random((args.steps * 32, 784), dtype=np.float32)
+    y = rng.integers(0, 10, args.steps * 32).astype("int64")
+    times = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        report = check_migration(
+            model_fn, keras_model(), hooks(args.steps), (x, y), steps=args.steps, names={"cross_entropy": "loss"}
+        )
+        times.append(time.perf_counter() - start)
+        print(f"check of {report.steps} session runs: {times[-1]:.1f} s, ok={report.ok}", flush=True)
+        if not report.ok:
+            print(report)
+    later = times[1:] or times
+    print(f"first {times[0]:.1f} s; later: median {np.median(later):.1f} s (of {len(later)})")
+
+
+if __name__ == "__main__":
+    main()
