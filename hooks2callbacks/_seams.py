@@ -51,7 +51,10 @@ metric's state variables held as its attributes (`_batch._with_state` reads its 
 tensors in their place); the model's `make_train_function`,
 `make_test_function` and `make_predict_function`, which every `fit`, `evaluate` and `predict` calls
 before its first step (`_runs._watch`, instance-level overrides while a run is open, to close a run an
-interrupt left open; missing, the run is closed at the next run as before); stack frames: the Keras loop of a run
+interrupt left open; missing, the run is closed at the next run as before); during `check_migration`
+only, `tf.compat.v1.summary.FileWriter.add_summary` wrapped (which hook wrote a summary) and
+`tf.compat.v1.layers` pointed at tf_keras's legacy layers (a `model_fn` under Keras 3), both put back
+after (`migration`); stack frames: the Keras loop of a run
 (`_runs.loop_frame`, Keras's `CallbackList` calls `on_*`), TF's own collection reads
 (`_graph._called_by_hook_code`, `_graph._exporting_meta_graph`); and, for an error's
 note only, the frame of `tf.compat.v1.assign*` in a traceback (`_dispatch`).

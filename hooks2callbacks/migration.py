@@ -107,6 +107,8 @@ class MigrationReport:
         steps: The session runs each side made: `{"tf1": n, "keras": m}`.
         not_compared: What was not compared, and why.
         notes: What else the check found (the restore's notes, a shuffled dataset).
+        keras_error: The exception the Keras side raised (also an `error`
+            difference), with its traceback; None when it ran through.
     """
 
     mode: str
@@ -116,6 +118,7 @@ class MigrationReport:
     steps: dict[str, int]
     not_compared: list[str]
     notes: list[str]
+    keras_error: BaseException | None = None
 
     @property
     def ok(self) -> bool:
@@ -156,7 +159,7 @@ class MigrationReport:
         if not self.ok:
             shown = "\n".join(f"  {d.hook}: {d}" for d in self.differences[:20])
             more = f"\n  ... and {len(self.differences) - 20} more" if len(self.differences) > 20 else ""
-            raise AssertionError(f"{self}\n\nAll differences:\n{shown}{more}")
+            raise AssertionError(f"{self}\n\nAll differences:\n{shown}{more}") from self.keras_error
 
 
 def _short(value: Any) -> str:
@@ -1148,5 +1151,12 @@ def _report(
     if tf1.step != keras.step and keras.error is None:
         differences.append(Difference("(run)", "run", None, "stopped at", tf1.step, keras.step, "stop"))
     return MigrationReport(
-        mode, differences, list(tf1.hooks), compared, {"tf1": tf1.step, "keras": keras.step}, not_compared, notes
+        mode,
+        differences,
+        list(tf1.hooks),
+        compared,
+        {"tf1": tf1.step, "keras": keras.step},
+        not_compared,
+        notes,
+        keras.error,
     )
