@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks import _tensors
@@ -459,6 +460,7 @@ class _Wrapped:
         self.info = _StepInfo()
         self.users = 0
         self.latest: Any = None  # the latest step's packed batch values
+        self.steps = 0  # calls so far: a batch whose count did not move ran no step of ours
         self._flavour = flavour
         self._jax = not _is_tf_keras(model) and keras.backend.backend() == "jax"
         self._step_name = "train_step" if mode == "train" else "test_step"
@@ -673,6 +675,7 @@ class _Wrapped:
 
     def __call__(self, *args: Any) -> Any:
         out = self._run(args)
+        self.steps += 1
         logs = out[0] if self._jax else out
         packed = logs.pop(BATCH_KEY, None)
         if self.tensors.wanted:
@@ -713,6 +716,7 @@ class _Wrapped:
         if self.users == 0:
             self._iterator = self._concrete = None  # hold no data pipeline past the run
             self.latest_tensors = {}  # nor a batch
+            self.latest = None
             self._patches.undo()
             if getattr(model, self._function_name, None) is self:
                 object.__setattr__(model, self._function_name, self.original)
@@ -900,12 +904,18 @@ class BatchSource:
                 )
             wrapped.attach(model)
         self._wrapped: _Wrapped | None = wrapped
+        self._steps = wrapped.steps  # the wrapped step's calls at the latest batch end (or the start)
 
-    def logs(self, logs: Mapping[str, Any]) -> BatchLogs:
+    def logs(self, logs: Mapping[str, Any]) -> BatchLogs | LoopLogs:
         """The step's logs as hooks see them: batch values where there are some."""
         wrapped = self._wrapped
         if wrapped is None:
             return BatchLogs(logs, None, (), {})
+        if wrapped.steps == self._steps:
+            # No step of the model's ran for this batch (its caller ran its own): what the
+            # wrapped step holds is an earlier batch's, never this one's.
+            return LoopLogs(logs)
+        self._steps = wrapped.steps
         if not self._values:
             return BatchLogs(logs, None, (), {}, wrapped.tensors, wrapped.latest_tensors)
         layout, underivable = wrapped.info.layout, wrapped.info.underivable
@@ -1058,3 +1068,67 @@ class BatchLogs(Mapping[str, Any]):
     def __repr__(self) -> str:
         batch = self._unpacked()
         return f"BatchLogs({ {k: batch.get(k, v) for k, v in self._logs.items()}!r})"
+
+
+class LoopLogs(Mapping[str, Any]):
+    """The logs that a training loop of the user's own passed for a step, as hooks see them.
+
+    The loop ran the step, so its logs are the step's values: `"loss"` as the
+    loop passed it, and the batch's tensors under their names (`"features"`,
+    `"labels"`, `"sample_weight"`, `"predictions"`) when the loop passes them.
+    The model's compiled step, which gives batch values under `fit`, did not
+    run, so nothing of it is served. A tensor (of any backend) is brought to
+    numpy when a hook reads it, as `Session.run` gave it.
+
+    A `tf.distribute` per-replica value (what `strategy.run` returns) is refused
+    when read: its replicas hold their shards' values, and how they add up (a
+    sum of losses scaled by the global batch, a mean) is the loop's to say.
+
+    Args:
+        logs: The logs the loop passed to `on_train_batch_end`.
+    """
+
+    __slots__ = ("_logs",)
+    from_loop = True  # for the error of a missing key (`_fetch.log_value`)
+
+    def __init__(self, logs: Mapping[str, Any]) -> None:
+        self._logs = logs
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._logs[key]
+        kind = type(value)
+        if kind is float or kind is int or kind is np.ndarray:
+            return value
+        if isinstance(value, tf.distribute.DistributedValues):
+            raise BatchValueError(
+                f"The log key {key!r} holds a tf.distribute per-replica value "
+                f"({type(value).__name__} of {len(value.values)} replicas), as strategy.run returns "
+                "it. Its replicas hold the values of their shards of the batch, which only your loop "
+                "knows how to combine. Reduce it before passing it in the logs, as the "
+                "distributed-training guide does: strategy.reduce(tf.distribute.ReduceOp.SUM, "
+                "per_replica_losses, axis=None) (losses scaled by the global batch size), or "
+                "ReduceOp.MEAN for a mean."
+            )
+        if isinstance(value, Mapping):
+            return {k: self._leaf(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._leaf(v) for v in value)
+        return self._leaf(value)
+
+    @staticmethod
+    def _leaf(value: Any) -> Any:
+        if keras.ops.is_tensor(value) or isinstance(value, tf.Tensor) or hasattr(value, "__array__"):
+            return np.asarray(_to_numpy(value) if not isinstance(value, np.generic) else value)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._logs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._logs)
+
+    def __len__(self) -> int:
+        return len(self._logs)
+
+    def __repr__(self) -> str:
+        return f"LoopLogs({dict(self._logs)!r})"

@@ -36,6 +36,8 @@ from hooks2callbacks._model import (
     accumulation_steps,
     global_step_of,
     has_weights,
+    lent_optimizer,
+    optimizer_of,
     outside_strategy,
     saved_variables,
     step_source,
@@ -65,6 +67,7 @@ class KerasSaver:
         self._model = model
         self._max_to_keep = max_to_keep
         self._managers: dict[str, tf.train.CheckpointManager] = {}
+        self._kept: dict[str, list[str]] = {}  # name-based saves (JAX, PyTorch): the prefixes kept
 
     def save(
         self,
@@ -108,8 +111,10 @@ class KerasSaver:
         # Hooks run with the adapter graph as default; object-based checkpoints
         # must be written eagerly, and outside the strategy the hooks' begin/end run in.
         with context.eager_mode(), outside_strategy(ops.get_default_graph()), _root_left_alone():
-            manager = self._manager(save_path)
             try:
+                if not trackable(self._model):
+                    return self._save_by_name(save_path, number)
+                manager = self._manager(save_path)
                 prefix = manager.save(checkpoint_number=number, check_interval=False)
                 _add_tf1_names(prefix, self._tf1_values(number))
                 return prefix
@@ -126,7 +131,7 @@ class KerasSaver:
         step = global_step_of(model) if step is None else step
         values: dict[str, Any] = {GLOBAL_STEP: np.int64(step)}
         values.update((variable.name, variable.read()) for variable in saved_variables(model)[0])
-        optimizer = getattr(model, "optimizer", None)
+        optimizer = optimizer_of(model)
         if _is_adam(model):
             # TF1's Adam kept beta ** (steps + 1) in variables; Keras computes it from the step.
             for index in (1, 2):
@@ -134,6 +139,38 @@ class KerasSaver:
                 if isinstance(beta, float):
                     values[f"beta{index}_power"] = np.float32(beta ** (step + 1))
         return values
+
+    def _save_by_name(self, save_path: str, number: int | None) -> str:
+        """Writes the TF1 names alone, as a TF1 `Saver` did: a JAX or PyTorch model is no TF trackable.
+
+        The newest `max_to_keep` are kept and named in the directory's `checkpoint`
+        file, as by `tf.train.CheckpointManager` (and a Scaffold's saver).
+        """
+        step = global_step_of(self._model) if number is None else number
+        prefix = f"{save_path}-{step}"
+        values = self._tf1_values(step)
+        names = sorted(values)
+        tf.raw_ops.SaveV2(
+            prefix=prefix,
+            tensor_names=names,
+            shape_and_slices=[""] * len(names),
+            tensors=[tf.constant(np.asarray(values[name])) for name in names],
+        )
+        directory = os.path.dirname(save_path) or "."
+        kept = self._kept.get(save_path)
+        if kept is None:  # the directory's earlier checkpoints of this name count, as a manager's
+            state = tf.train.get_checkpoint_state(directory)
+            earlier = list(state.all_model_checkpoint_paths) if state is not None else []
+            mine = os.path.abspath(save_path) + "-"
+            kept = self._kept[save_path] = [p for p in earlier if os.path.abspath(p).startswith(mine)]
+        if prefix in kept:
+            kept.remove(prefix)
+        kept.append(prefix)
+        while self._max_to_keep is not None and len(kept) > self._max_to_keep:
+            for path in tf.io.gfile.glob(kept.pop(0) + ".*"):
+                tf.io.gfile.remove(path)
+        _write_state(directory, prefix, kept)
+        return prefix
 
     def _manager(self, save_path: str) -> tf.train.CheckpointManager:
         manager = self._managers.get(save_path)
@@ -147,8 +184,34 @@ class KerasSaver:
         return manager
 
 
+def _write_state(directory: str, latest: str, kept: list[str]) -> None:
+    """Writes the directory's `checkpoint` file (a text `CheckpointState`), which `latest_checkpoint` reads.
+
+    As `tf.train.CheckpointManager` writes it, paths relative to the directory;
+    by hand, since TF's public writer (`update_checkpoint_state`) logs a deprecation.
+    """
+
+    def quoted(path: str) -> str:
+        relative = os.path.relpath(path, directory)
+        return '"' + relative.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    lines = [f"model_checkpoint_path: {quoted(latest)}"]
+    lines += [f"all_model_checkpoint_paths: {quoted(path)}" for path in kept]
+    state = os.path.join(directory, "checkpoint")
+    tf.io.write_file(state + ".tmp", "\n".join(lines) + "\n")
+    tf.io.gfile.rename(state + ".tmp", state, overwrite=True)
+
+
+def trackable(model: Any) -> bool:
+    """Whether `model` is a TF trackable (Keras 3 on TensorFlow, tf_keras), which object-based checkpoints save.
+
+    A Keras 3 model on JAX or PyTorch is not: its checkpoints are name-based (TF1's names alone).
+    """
+    return isinstance(model, tf.__internal__.tracking.Trackable)
+
+
 def _checkpoint(model: Any) -> tf.train.Checkpoint:
-    optimizer = getattr(model, "optimizer", None)
+    optimizer = optimizer_of(model)
     if optimizer is None:
         return tf.train.Checkpoint(model=model)
     return tf.train.Checkpoint(model=model, optimizer=optimizer)
@@ -209,7 +272,7 @@ def install_saver(graph: tf.Graph, model: Any, max_to_keep: int | None = MAX_TO_
     graph.add_to_collection(tf.compat.v1.GraphKeys.SAVERS, KerasSaver(model, max_to_keep))
 
 
-def restore_checkpoint(model: Any, path: str) -> str:
+def restore_checkpoint(model: Any, path: str, optimizer: Any = None) -> str:
     """Restores a checkpoint that `CheckpointSaverHook` wrote through `HookCallback`.
 
     Example: `restore_checkpoint(model, "ckpt_dir")` restores the newest
@@ -225,6 +288,13 @@ def restore_checkpoint(model: Any, path: str) -> str:
         model: A built Keras model of the architecture that was saved.
         path: A checkpoint directory (its newest checkpoint is used) or a
             checkpoint path prefix such as `ckpt_dir/model.ckpt-100`.
+        optimizer: The optimizer that trains the model in your own training
+            loop (as passed to `HookCallback(optimizer=...)`), to restore its
+            state and step into; defaults to `model.optimizer`.
+
+    On JAX and PyTorch, where a Keras model is no TF trackable, the checkpoint
+    holds the TF1 names alone, and is read back by name (as
+    `restore_tf1_checkpoint` reads it).
 
     Returns:
         The path prefix of the checkpoint restored.
@@ -235,9 +305,20 @@ def restore_checkpoint(model: Any, path: str) -> str:
             Estimator's), `model` is not built, or its variables do not match
             the checkpoint's.
     """
+    with lent_optimizer(model, optimizer):
+        return _restore_checkpoint(model, path)
+
+
+def _restore_checkpoint(model: Any, path: str) -> str:
     where = f"restore_checkpoint(model, {path!r})"
     prefix = _checkpoint_prefix(path, where, "the directory a CheckpointSaverHook wrote to")
     names = {name for name, _ in tf.train.list_variables(prefix)}
+    if "_CHECKPOINTABLE_OBJECT_GRAPH" not in names and not trackable(model):
+        # JAX or PyTorch: CheckpointSaverHook wrote the TF1 names alone, which are read back by name.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # what differs from a TF1 run is not this run's concern
+            _restore_tf1_checkpoint(model, prefix, None)
+        return prefix
     if "_CHECKPOINTABLE_OBJECT_GRAPH" not in names:
         shown = sorted(names)[:5]
         raise ValueError(
@@ -301,7 +382,9 @@ class TF1Restore:
         return "\n".join(lines)
 
 
-def restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, str] | None = None) -> TF1Restore:
+def restore_tf1_checkpoint(
+    model: Any, path: str, assignment_map: Mapping[str, str] | None = None, optimizer: Any = None
+) -> TF1Restore:
     """Continues an Estimator's run: restores a name-based TF1 checkpoint into the model and its optimizer.
 
     Example: `print(restore_tf1_checkpoint(model, estimator_model_dir))`, then
@@ -332,6 +415,9 @@ def restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, s
             `init_from_checkpoint`: checkpoint names (or scopes, ending in `/`)
             to the model's TF1 names (or scopes), such as
             `{"mlp/": "dense/"}` or `{"mlp/hidden/kernel": "dense/kernel"}`.
+        optimizer: The optimizer that trains the model in your own training
+            loop (as passed to `HookCallback(optimizer=...)`), to restore its
+            state and step into; defaults to `model.optimizer`.
 
     Returns:
         What was restored, and what was not.
@@ -342,6 +428,11 @@ def restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, s
             the checkpoint, or has another shape there (nothing is restored
             then); `assignment_map` is not a dict of str.
     """
+    with lent_optimizer(model, optimizer):
+        return _restore_tf1_checkpoint(model, path, assignment_map)
+
+
+def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, str] | None) -> TF1Restore:
     where = f"restore_tf1_checkpoint(model, {path!r})"
     prefix = _checkpoint_prefix(path, where, "an Estimator's model_dir (or a TF1 Saver's directory)")
     mapping = _assignment_map(assignment_map, where)
@@ -396,7 +487,7 @@ def restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, s
             f"continue the TF1 optimizer's state (a different optimizer, or other slot names): {not_restored}"
         )
     for note in differs:
-        warnings.warn(f"{where}: {note}", UserWarning, stacklevel=2)
+        warnings.warn(f"{where}: {note}", UserWarning, stacklevel=3)
     notes = differs + notes + _epsilon_notes(model, shapes)
     restored = {variable.name: source for variable, source in plan}
     return TF1Restore(prefix, restored, not_restored, unused, step, notes)
@@ -418,7 +509,7 @@ def _build(model: Any, where: str) -> None:
             f"{where}: the model is not built, so it has no variables to restore into. Build it "
             "first: give it a keras.Input, or call it on one batch."
         )
-    optimizer = getattr(model, "optimizer", None)
+    optimizer = optimizer_of(model)
     # Keras 3: `built`; tf_keras: `_built`, set by its first build.
     built = getattr(optimizer, "built", getattr(optimizer, "_built", False))
     if optimizer is not None and not built and callable(getattr(optimizer, "build", None)):
@@ -454,7 +545,7 @@ def _source_name(name: str, mapping: Mapping[str, str]) -> str:
 
 
 def _restore_step(model: Any, reader: Any, shapes: Mapping[str, Any]) -> int | None:
-    optimizer = getattr(model, "optimizer", None)
+    optimizer = optimizer_of(model)
     if optimizer is None or GLOBAL_STEP not in shapes:
         return None
     step = int(reader.get_tensor(GLOBAL_STEP))
@@ -463,7 +554,7 @@ def _restore_step(model: Any, reader: Any, shapes: Mapping[str, Any]) -> int | N
 
 
 def _is_adam(model: Any) -> bool:
-    return type(getattr(model, "optimizer", None)).__name__ == "Adam"
+    return type(optimizer_of(model)).__name__ == "Adam"
 
 
 # The slots each TF1 optimizer kept beside a variable, by the suffix of their names.
@@ -491,7 +582,7 @@ def _state_left_behind(model: Any, reader: Any, unused: list[str], weights: set[
     optimizer does not keep: the run then starts that state afresh, quietly,
     where TF1 continued it.
     """
-    optimizer = getattr(model, "optimizer", None)
+    optimizer = optimizer_of(model)
     kind = type(optimizer).__name__
     # SGD's own momentum slots, left out for a scheduled rate, are warned of by saved_variables.
     momentum = getattr(optimizer, "momentum", None)
@@ -534,7 +625,7 @@ def _epsilon_notes(model: Any, shapes: Mapping[str, Any]) -> list[str]:
     """TF1's `AdamOptimizer` epsilon is 1e-8 and Keras's 1e-7: alone, that moves each step by ~1e-5."""
     if not _is_adam(model) or not any(n.endswith("/Adam") or n == "beta1_power" for n in shapes):
         return []
-    epsilon = getattr(model.optimizer, "epsilon", None)
+    epsilon = getattr(optimizer_of(model), "epsilon", None)
     if isinstance(epsilon, float) and np.isclose(epsilon, _TF1_ADAM_EPSILON, rtol=1e-6, atol=0):
         return []
     return [
@@ -550,7 +641,7 @@ def _adam_notes(model: Any, reader: Any, shapes: Mapping[str, Any], step: int | 
         return []
     notes = []
     for index in (1, 2):
-        name, beta = f"beta{index}_power", getattr(model.optimizer, f"beta_{index}", None)
+        name, beta = f"beta{index}_power", getattr(optimizer_of(model), f"beta_{index}", None)
         if name in shapes and isinstance(beta, float):
             kept, computed = float(reader.get_tensor(name)), beta ** (step + 1)
             if not np.isclose(kept, computed, rtol=1e-5):

@@ -20,11 +20,11 @@ import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks import _runs
-from hooks2callbacks._batch import BatchSource
+from hooks2callbacks._batch import BatchSource, LoopLogs
 from hooks2callbacks._checkpoint import install_saver
 from hooks2callbacks._fetch import Plan, check_feeds, compile_fetches, fetched
 from hooks2callbacks._graph import AdapterGraph, DefaultGraphScope, log_key_of
-from hooks2callbacks._model import Entry, ModelMirror
+from hooks2callbacks._model import Entry, ModelMirror, return_optimizer
 from hooks2callbacks._seams import SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues
 from hooks2callbacks._session import NOTHING_RAN, AdapterSession
 from hooks2callbacks._translate import refusal
@@ -316,6 +316,10 @@ class HookRunner:
         original_fetches: The log key whose tensor `run_context.original_args.fetches`
             holds (`"outputs"` in predict, as Estimator's predict loop ran its
             predictions); None for none (`fetches=None`).
+        loop_logs: Whether the user's own training loop passes the logs: they are
+            the step's values as passed (`_batch.LoopLogs`).
+        lent_optimizer: Whether an optimizer is lent for the run
+            (`_model.lend_optimizer`); it is given back when the run closes.
 
     Attributes:
         graph: The adapter graph of this run.
@@ -341,8 +345,12 @@ class HookRunner:
         loop: FrameType | None = None,
         keep_checkpoint_max: int | None = 5,
         original_fetches: str | None = None,
+        loop_logs: bool = False,
+        lent_optimizer: bool = False,
     ) -> None:
         self._sources = sources
+        self._loop_logs = loop_logs
+        self._lent_optimizer = lent_optimizer
         self._original_fetches = original_fetches
         self._original_args = _ORIGINAL_ARGS
         self._keep_checkpoint_max = keep_checkpoint_max
@@ -495,6 +503,8 @@ class HookRunner:
         self._keras_logs = logs
         if batch is not None:
             logs = batch.logs(logs)
+        elif self._loop_logs:
+            logs = LoopLogs(logs)
         stale = self.step
         if self.advances:
             self.step = stale + 1 if step is None else np.int64(step)
@@ -569,6 +579,8 @@ class HookRunner:
                 self._batch.close()
             self.session.close()
             _runs.leave(self)
+            if self._lent_optimizer:
+                return_optimizer(self.model)
 
     # -- the mechanism -------------------------------------------------------
 

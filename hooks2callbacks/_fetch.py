@@ -39,7 +39,7 @@ import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks._graph import AdapterGraph, log_key_of
-from hooks2callbacks._model import LEARNING_RATE, Entry, accumulation_steps, read_variable, writes_ref
+from hooks2callbacks._model import LEARNING_RATE, Entry, accumulation_steps, optimizer_of, read_variable, writes_ref
 from hooks2callbacks._tensors import missing_help, root_of
 
 # resolve(logs, step, ran) -> results. `step` is a numpy int64, as TF1 returns the
@@ -138,7 +138,8 @@ def log_value(
             if len(missing) == 1
             else (f"the Keras log keys {', '.join(map(repr, missing))}")
         )
-        hints = "".join(missing_help(k) for k in missing if root_of(k) is not None)
+        from_loop = getattr(logs, "from_loop", False)
+        hints = "".join(missing_help(k, from_loop) for k in missing if root_of(k) is not None)
         for k in missing:
             close = difflib.get_close_matches(k, list(logs), n=1, cutoff=0.8)
             entries = [n for n, t in (names or {}).items() if isinstance(t, str) and log_key_of(t) == k]
@@ -188,7 +189,7 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
     keys: list[str] = []  # every log key of the plan, for an error naming all missing ones
     names = graph.names
     mirror = graph.mirror
-    optimizer = getattr(model, "optimizer", None)
+    optimizer = optimizer_of(model)
     # With gradient accumulation `iterations` is computed at each read: no object to match.
     iterations = getattr(optimizer, "iterations", None) if accumulation_steps(optimizer) == 1 else None
 

@@ -149,6 +149,49 @@ class Entry:
         return f"<mirror of {self.name!r}>"
 
 
+# Optimizers lent for a run (`HookCallback(optimizer=...)`): id(model) -> the optimizer
+# that trains it there. `optimizer_of` is the one place that reads a model's optimizer.
+_lent: dict[int, Any] = {}
+
+
+def optimizer_of(model: Any) -> Any:
+    """The optimizer that trains `model`: one lent for the run in progress, else `model.optimizer` (or None).
+
+    Every read of a model's optimizer in this package goes through here, so that a
+    custom training loop's optimizer (`HookCallback(optimizer=...)`) is the one whose
+    `iterations` is the global step, whose variables hooks see and checkpoints hold.
+    """
+    lent = _lent.get(id(model))
+    return getattr(model, "optimizer", None) if lent is None else lent
+
+
+def lend_optimizer(model: Any, optimizer: Any) -> None:
+    """Makes `optimizer_of(model)` return `optimizer` until `return_optimizer(model)`."""
+    _lent[id(model)] = optimizer
+
+
+def return_optimizer(model: Any) -> None:
+    """Ends `lend_optimizer(model, ...)`; nothing if none is lent."""
+    _lent.pop(id(model), None)
+
+
+@contextlib.contextmanager
+def lent_optimizer(model: Any, optimizer: Any) -> Iterator[None]:
+    """`optimizer_of(model)` is `optimizer` inside the block (nothing changes for None)."""
+    if optimizer is None:
+        yield
+        return
+    before = _lent.get(id(model))
+    lend_optimizer(model, optimizer)
+    try:
+        yield
+    finally:
+        if before is None:
+            return_optimizer(model)
+        else:
+            _lent[id(model)] = before
+
+
 def accumulation_steps(optimizer: Any) -> int:
     """Micro-batches per applied update: Keras 3's `gradient_accumulation_steps`, else 1."""
     return int(getattr(optimizer, "gradient_accumulation_steps", None) or 1)
@@ -167,7 +210,7 @@ def step_source(optimizer: Any) -> Any:
 
 def global_step_of(model: Any) -> int:
     """The model's global step: its optimizer's applied updates (`iterations`), read eagerly."""
-    optimizer: Any = getattr(model, "optimizer", None)
+    optimizer: Any = optimizer_of(model)
     if getattr(optimizer, "iterations", None) is None:
         return 0
     with context.eager_mode():
@@ -263,7 +306,7 @@ class ModelMirror:
 
     def _collect(self) -> list[Entry]:
         model = self._model
-        optimizer = getattr(model, "optimizer", None)
+        optimizer = optimizer_of(model)
         ordered: list[Entry] = []  # in collection order
         named: list[tuple[str, Entry]] = []  # in naming priority: the rate claims its name first
 
@@ -596,7 +639,7 @@ def saved_variables(model: Any) -> tuple[list[Saved], list[str]]:
     """
     mirror = ModelMirror(None, model, {}, train=True)
     entries = [e for e in mirror.entries() if _KEYS.GLOBAL_VARIABLES in e.collections]
-    optimizer = getattr(model, "optimizer", None)
+    optimizer = optimizer_of(model)
     momentum = slot_names(optimizer, model, f"{getattr(model, 'name', '')}/", _TF1_MOMENTUM) if optimizer else {}
     left_out: list[str] = []
     rate = None

@@ -54,7 +54,7 @@ class _Record:
         self.frame = frame
         self.model = model
         # Started by Keras's own fit/evaluate/predict (not by a loop that drives the callback itself).
-        self.in_keras = frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_KERAS_PACKAGES)
+        self.in_keras = in_keras(frame)
         self.hooks: Sequence[Any] = ()
         self.thread = threading.get_ident()
 
@@ -81,6 +81,28 @@ def loop_frame() -> FrameType | None:
     while frame is not None and frame.f_code.co_name.startswith("on_"):
         frame = frame.f_back
     return frame
+
+
+def in_keras(frame: FrameType | None) -> bool:
+    """Whether `frame` (from `loop_frame`) is Keras's fit/evaluate/predict, not a loop that drives callbacks itself."""
+    return frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_KERAS_PACKAGES)
+
+
+_KERAS_CALLS = frozenset({"fit", "evaluate", "predict"})
+
+
+def in_keras_call(frame: FrameType | None) -> bool:
+    """Whether `frame` or a caller of it is Keras's own fit/evaluate/predict (Keras 3 or tf_keras).
+
+    False for a training loop of the user's own that drives the callbacks: the
+    model's compiled step does not run there. True for a callback (or a
+    benchmark's rotator) that forwards fit's events to ours.
+    """
+    while frame is not None:
+        if frame.f_code.co_name in _KERAS_CALLS and in_keras(frame):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _stack_ids() -> set[int]:

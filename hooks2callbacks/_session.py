@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks._fetch import Plan, check_feeds, compile_fetches, log_value
-from hooks2callbacks._model import accumulation_steps, step_source, write_variable
+from hooks2callbacks._model import accumulation_steps, optimizer_of, step_source, write_variable
 from hooks2callbacks._seams import context
 from hooks2callbacks._tensors import fed, root_of
 
@@ -157,7 +157,7 @@ class AdapterSession:
         runner = self._runner
         value = session.run(runner.graph.global_step)
         if value != self._synced_step:
-            optimizer = getattr(runner.model, "optimizer", None)
+            optimizer = optimizer_of(runner.model)
             if optimizer is not None:
                 write_variable(step_source(optimizer), value * accumulation_steps(optimizer), runner.model)
             runner.step = self._synced_step = value

@@ -312,8 +312,19 @@ def fed(tensor: tf.Tensor, value: Any, key: str, where: str) -> Any:
     )
 
 
-def missing_help(key: str) -> str:
-    """What the error for batch name `key` says where the step's logs have none (no wrapped step)."""
+def missing_help(key: str, from_loop: bool = False) -> str:
+    """What the error for batch name `key` says where the step's logs have none (no wrapped step).
+
+    Args:
+        key: The batch name.
+        from_loop: Whether the user's own training loop passed the logs (`_batch.LoopLogs`).
+    """
+    if from_loop:
+        return (
+            f" {key!r} names the batch's {root_of(key)}, which your training loop computes: pass it "
+            f"in the logs of each step, callbacks.on_train_batch_end(step, {{'loss': loss, "
+            f"{root_of(key)!r}: ...}})."
+        )
     return (
         f" {key!r} names the batch's {root_of(key)}: HookCallback outputs those that hook code names "
         "before the run's first step (in a hooks factory, begin(), after_create_session() or the "

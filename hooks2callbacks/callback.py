@@ -8,7 +8,7 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
   on_train_batch_begin, the run's first (or on_train_end of a run of no batch):
     # after every callback's on_train_begin, so the hooks see the step that one
     # restored there (BackupAndRestore), as TF1 hooks saw it restored from model_dir
-    global step = model.optimizer.iterations
+    global step = optimizer.iterations      # HookCallback(optimizer=...), else model.optimizer's
     graph = a new adapter graph (global step, log-key tensors, a saver of the
             Keras model in SAVERS, and, when hook code asks for them, the
             model's and optimizer's variables as TF1 variables), made default,
@@ -82,6 +82,14 @@ first of: the end of the Jupyter cell, the model's next `fit`, `evaluate` or
 HookCallback(...)` block, the next run of any HookCallback in the thread,
 interpreter exit (see `hooks2callbacks._runs`).
 
+In a training loop of the user's own (`keras.callbacks.CallbackList([callback],
+model=model)` driven by hand; docs/custom-loops.md): on_train_begin sets
+`model.stop_training = False`, as fit does; the logs the loop passes to
+on_train_batch_end are the step's values (`"loss"` as passed, the batch's tensors
+under their names when passed; `_batch.LoopLogs`), and the model's compiled step
+is left as it is. Batch values of the compiled step serve only a batch for which
+it ran. A batch after a stop, or without on_train_begin, is warned of once a run.
+
 A callback listed k times in one call gets each event k times in a row; the
 first of each k goes to the hooks (with a warning), so they run once per event.
 
@@ -108,7 +116,14 @@ from hooks2callbacks._batch import is_loss_key
 from hooks2callbacks._dispatch import HookRunner, Hooks, as_hook_list, is_factory, steps_per_execution
 from hooks2callbacks._distribute import StopAgreement, is_chief, is_default, is_multi_worker, strategy_of
 from hooks2callbacks._graph import OP_NAME, log_key_of
-from hooks2callbacks._model import accumulation_steps, global_step_of, has_weights
+from hooks2callbacks._model import (
+    accumulation_steps,
+    global_step_of,
+    has_weights,
+    lend_optimizer,
+    optimizer_of,
+    return_optimizer,
+)
 from hooks2callbacks._rerun import note_traps
 from hooks2callbacks._seams import context
 from hooks2callbacks._tensors import prediction_logs
@@ -116,6 +131,8 @@ from hooks2callbacks._tensors import prediction_logs
 MODES = ("train", "eval", "predict")
 VALUES = ("batch", "running_mean")
 _STOP_ATTRIBUTE = {"train": "stop_training", "eval": "stop_evaluating", "predict": "stop_predicting"}
+_BATCH_EVENT = {"train": "on_train_batch", "eval": "on_test_batch", "predict": "on_predict_batch"}
+_BEGIN_EVENT = {"train": "on_train_begin", "eval": "on_test_begin", "predict": "on_predict_begin"}
 _KERAS_CALL = {"train": "fit()", "eval": "evaluate() or fit(validation_data=...)", "predict": "predict()"}
 
 
@@ -178,12 +195,32 @@ def _names_argument(names: Any) -> dict[str, Any]:
     return checked
 
 
+def _optimizer_argument(optimizer: Any) -> Any:
+    """Validates `HookCallback(optimizer=...)`: a Keras (or tf_keras) optimizer, or None."""
+    if optimizer is None:
+        return None
+    if type(optimizer).__module__.startswith("torch.optim"):
+        raise TypeError(
+            f"HookCallback(optimizer=...) got the torch.optim optimizer {type(optimizer).__name__}, "
+            "which counts no steps that a global step could be read from. Train with a Keras "
+            "optimizer (keras.optimizers.Adam(...): optimizer.apply(grads, model.trainable_weights) "
+            "in your loop works on the PyTorch backend), whose `iterations` is the global step."
+        )
+    if isinstance(optimizer, type) or getattr(optimizer, "iterations", None) is None:
+        raise TypeError(
+            f"HookCallback(optimizer=...) takes the Keras optimizer that trains the model in your "
+            f"loop (one with an `iterations` step count, such as keras.optimizers.SGD(...)), got "
+            f"{optimizer!r} of type {type(optimizer).__name__}."
+        )
+    return optimizer
+
+
 def _build_optimizer(model: Any, strategy: tf.distribute.Strategy) -> None:
     """Creates the optimizer's slot variables now, if Keras would only at the first step (tf_keras).
 
     Hooks see them in `begin()`, as TF1 hooks saw the slots the graph held.
     """
-    optimizer = getattr(model, "optimizer", None)
+    optimizer = optimizer_of(model)
     # Keras 3: `built`; tf_keras: `_built`, set only once built.
     built = getattr(optimizer, "built", None)
     if built is None:
@@ -256,13 +293,20 @@ class HookCallback(keras.callbacks.Callback):
             `CheckpointSaverHook` keeps, as Estimator's
             `RunConfig(keep_checkpoint_max=...)`; None keeps all. Defaults to
             5, what TF1's default saver kept.
+        optimizer: The optimizer that trains the model, for a training loop of
+            your own where it is not `model.optimizer` (the model is not
+            compiled, or trains with another one): its `iterations` is the
+            global step, and its variables are the ones hooks see and
+            checkpoints save. A Keras (or tf_keras) optimizer; a
+            `torch.optim` optimizer is refused. Defaults to `model.optimizer`.
 
     Raises:
         TypeError: `hooks` or `chief_only_hooks` is not a hook, a sequence of
             hooks or a function, or holds a hook class or a hook that cannot run
             under Keras (`FeedFnHook`, `ProfilerHook`, a `CheckpointSaverHook`
             with its own saver); `is_chief` is not a bool or None; `names` is
-            not a dict, or maps a name to something other than a str or a variable.
+            not a dict, or maps a name to something other than a str or a variable;
+            `optimizer` is not a Keras optimizer (a `torch.optim` one, a class).
         ValueError: `mode` or `values` is not one of its choices,
             `keep_checkpoint_max` is not a positive int or None, a hook appears
             twice, or a name of `names` is not a tensor name (or the names map
@@ -284,6 +328,7 @@ class HookCallback(keras.callbacks.Callback):
         values: str | None = None,
         names: Mapping[str, Any] | None = None,
         keep_checkpoint_max: int | None = 5,
+        optimizer: Any = None,
     ) -> None:
         super().__init__()
         if not isinstance(mode, str) or mode not in MODES:
@@ -323,6 +368,7 @@ class HookCallback(keras.callbacks.Callback):
                 f"or None to keep all, got {keep_checkpoint_max!r}."
             )
         self.keep_checkpoint_max = keep_checkpoint_max
+        self.optimizer = _optimizer_argument(optimizer)
         self.mode = mode
         self.values = values
         self.is_chief = is_chief
@@ -339,6 +385,9 @@ class HookCallback(keras.callbacks.Callback):
         self._echo = 0
         # An eval-mode callback in fit(): whether a validation pass ran it (None: warned, or not in fit).
         self._ran_in_fit: bool | None = None
+        # Driven by the user's own loop (keras.callbacks.CallbackList), not by Keras's fit/evaluate/predict.
+        self._custom = False
+        self._warned_idle = False
 
     def __repr__(self) -> str:
         text = f"HookCallback(mode={self.mode!r}, hooks={_describe(self.hooks)}"
@@ -372,18 +421,26 @@ class HookCallback(keras.callbacks.Callback):
             return
         self.close()
         model = self.model
-        if mode == "train" and getattr(model, "optimizer", None) is None:
+        self._custom = not _runs.in_keras_call(loop)
+        if mode == "train" and self.optimizer is None and optimizer_of(model) is None:
+            where = "a training loop" if self._custom else "fit()"
             raise ValueError(
-                f"{self!r} was passed to fit() of a model without an optimizer (model.optimizer "
-                "is None), so there is no global step for its hooks. Compile the model with "
-                "one: model.compile(optimizer=..., loss=...)."
+                f"{self!r} was passed to {where} of a model without an optimizer (model.optimizer "
+                "is None), so there is no global step for its hooks. In your own training loop, pass "
+                "the optimizer that trains the model: HookCallback(hooks, optimizer=optimizer) (see "
+                "the docs page 'Custom training loops', docs/custom-loops.md); for fit(), compile the "
+                "model with one: model.compile(optimizer=..., loss=...)."
             )
+        if mode == "train" and self._custom:
+            # As fit() does before its first step; a loop checks it after each.
+            model.stop_training = False
         # The hooks begin at the run's first batch, after every callback's on_*_begin:
         # as TF1 hooks saw the step restored from model_dir, they see the step that a
         # callback such as BackupAndRestore restores there, wherever it is listed.
         self._pending = mode
         self._loop = loop
         self._stopped = False
+        self._warned_idle = False
         self._copies, self._echo = 1, 0
 
     def _listed_again(self, mode: str) -> None:
@@ -411,6 +468,19 @@ class HookCallback(keras.callbacks.Callback):
         self._pending = None
         loop, self._loop = self._loop, None
         model = self.model
+        lent = mode == "train" and self.optimizer is not None
+        if lent:
+            lend_optimizer(model, self.optimizer)  # the runner gives it back when it closes
+        try:
+            self._make_runner(mode, steps, loop, lent)
+        except BaseException:
+            if lent and self._runner is None:
+                return_optimizer(model)
+            raise
+        cast(HookRunner, self._runner).begin()
+
+    def _make_runner(self, mode: str, steps: bool, loop: FrameType | None, lent: bool) -> None:
+        model = self.model
         strategy = strategy_of(model)
         chief = is_chief(strategy) if self.is_chief is None else self.is_chief
         # As MonitoredTrainingSession orders them: in one process chief_only_hooks come
@@ -435,7 +505,7 @@ class HookCallback(keras.callbacks.Callback):
         across_workers = is_multi_worker(strategy)
         # Where a batch callback need not mean one update, the step is read from the optimizer.
         self._reads_step = mode == "train" and (
-            steps_per_execution(model) != 1 or accumulation_steps(model.optimizer) != 1
+            steps_per_execution(model) != 1 or accumulation_steps(optimizer_of(model)) != 1
         )
         step = global_step_of(model)
         if mode == "train":  # a factory's hooks are new each run
@@ -446,7 +516,11 @@ class HookCallback(keras.callbacks.Callback):
             step,
             advances=mode == "train",
             name=repr(self),
-            batch_mode=mode if mode != "predict" and steps else None,
+            # In the user's own loop, the model's compiled step does not run: the loop's
+            # logs are the step's values (`_batch.LoopLogs`).
+            batch_mode=mode if mode != "predict" and steps and not self._custom else None,
+            loop_logs=self._custom,
+            lent_optimizer=lent,
             batch_values=self.values != "running_mean",
             batch_keys=is_loss_key if self.values is None else None,
             names=self.names,
@@ -456,7 +530,6 @@ class HookCallback(keras.callbacks.Callback):
             keep_checkpoint_max=self.keep_checkpoint_max,
             original_fetches="outputs" if mode == "predict" else None,
         )
-        self._runner.begin()
 
     def _finish(self) -> None:
         if self._pending is not None:  # a run of no batch: TF1 hooks began and ended all the same
@@ -491,6 +564,29 @@ class HookCallback(keras.callbacks.Callback):
         runner = self._runner
         if runner is not None and not self._stopped:
             runner.before_run()
+        else:
+            self._idle_batch()
+
+    def _idle_batch(self) -> None:
+        """A batch whose hooks do not run: says why once a run, where a loop may not know."""
+        if self._warned_idle or (self._stopped and not self._custom):
+            return  # Keras's own loops stop (tf_keras's evaluate cannot: documented)
+        self._warned_idle = True
+        event = _BATCH_EVENT[self.mode]
+        if self._stopped:
+            message = (
+                f"{self!r}: batches keep coming after a hook requested a stop (model."
+                f"{_STOP_ATTRIBUTE[self.mode]} is True), and the hooks see none of them, as after "
+                "MonitoredSession.should_stop(). End the loop when the flag is set: "
+                f"`if model.{_STOP_ATTRIBUTE[self.mode]}: break` after callbacks.{event}_end(...)."
+            )
+        else:
+            message = (
+                f"{self!r} got {event}_begin with no run begun, so its hooks do not run. Call "
+                f"callbacks.{_BEGIN_EVENT[self.mode]}() before the loop's first batch, and "
+                f"callbacks.{_BEGIN_EVENT[self.mode].replace('begin', 'end')}() after its last."
+            )
+        warnings.warn(message, UserWarning, stacklevel=4)
 
     def _batch_end(self, batch: int, logs: Any, mode: str) -> None:
         if self._copies != 1 and self._repeat():
