@@ -4,9 +4,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import importlib.util  # noqa: E402
+import logging  # noqa: E402
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
 from support import FakeClock  # noqa: E402
 from tensorflow.python.training import basic_session_run_hooks  # noqa: E402
 
@@ -42,3 +44,21 @@ def clock(monkeypatch):
     fake = FakeClock()
     monkeypatch.setattr(basic_session_run_hooks, "time", fake)
     return fake
+
+
+@pytest.fixture
+def tf_info():
+    """The messages TF's logger logs at INFO (the stock hooks' lines), as a TF1 script set it."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    handler, logger = Collect(level=logging.INFO), tf.get_logger()
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    yield messages
+    logger.removeHandler(handler)
+    logger.setLevel(level)

@@ -488,24 +488,6 @@ def _tf_lines(caplog_messages, prefix):
     return [m.split(" (")[0] for m in caplog_messages if m.startswith(prefix)]
 
 
-@pytest.fixture
-def tf_info():
-    """Messages TF's logger logs at INFO (the stock hooks' lines)."""
-    messages: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            messages.append(record.getMessage())
-
-    handler, logger = Collect(level=logging.INFO), tf.get_logger()
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
-    yield messages
-    logger.removeHandler(handler)
-    logger.setLevel(level)
-
-
 def test_estimators_own_logging_hook_with_the_global_step_variable_logs_tf1s_lines(K, tf_info):
     """`LoggingTensorHook({"loss": loss, "step": get_global_step()})`, which Estimator.train added to
     every run, failed with `TypeError: Variable is unhashable`. Its lines are TF1's, character for

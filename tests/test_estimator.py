@@ -9,7 +9,6 @@ real `MonitoredTrainingSession(checkpoint_dir=...)` with Estimator's own hooks, 
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import re
 import sys
@@ -39,24 +38,6 @@ from hooks2callbacks import HookCallback, estimator_hooks, install_estimator_ali
 T = tf.compat.v1.train
 X, Y = make_data()  # 320 samples: 10 steps an epoch at batch 32
 ERA = os.path.join(os.path.dirname(__file__), "estimator_era")
-
-
-@pytest.fixture
-def tf_log():
-    """The messages of the `tensorflow` logger at INFO, as a TF1 script set it."""
-    messages: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            messages.append(record.getMessage())
-
-    handler, logger = Collect(level=logging.INFO), tf.get_logger()
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
-    yield messages
-    logger.removeHandler(handler)
-    logger.setLevel(level)
 
 
 def fit(model, callbacks, epochs):
@@ -226,14 +207,14 @@ def event_steps(directory):
     return {tag: sorted(values) for tag, values in steps.items()}
 
 
-def test_a_keras_run_writes_the_model_dir_estimator_train_wrote(K, tmp_path, tf_log):
+def test_a_keras_run_writes_the_model_dir_estimator_train_wrote(K, tmp_path, tf_info):
     start = weights_of(make_model(K, layer_names=TF1_NAMES))
     tf1_estimator_train(tmp_path / "tf1", start, steps=20)
-    (tf1_lines, _), tf1_log = log_lines(tf_log), list(tf_log)
-    tf_log.clear()
+    (tf1_lines, _), tf1_log = log_lines(tf_info), list(tf_info)
+    tf_info.clear()
     model = make_model(K, layer_names=TF1_NAMES)
     fit(model, [HookCallback(estimator_hooks(tmp_path / "keras", **SETTINGS))], epochs=2)
-    lines, _ = log_lines(tf_log)
+    lines, _ = log_lines(tf_info)
 
     assert checkpoint_steps(tmp_path / "keras") == checkpoint_steps(tmp_path / "tf1") == [0, 10, 20]
     for step in (0, 10, 20):
@@ -260,7 +241,7 @@ def test_a_keras_run_writes_the_model_dir_estimator_train_wrote(K, tmp_path, tf_
     for mine, theirs in zip(lines, tf1_lines, strict=True):
         (a, b), (c, d) = (re.match(r"loss = (\S+), step = (\d+)$", x).groups() for x in (mine, theirs))
         assert b == d and float(a) == pytest.approx(float(c), abs=1e-5) and len(a) <= 10
-    assert sum("Saving checkpoints for" in m for m in tf_log) == sum("Saving checkpoints for" in m for m in tf1_log)
+    assert sum("Saving checkpoints for" in m for m in tf_info) == sum("Saving checkpoints for" in m for m in tf1_log)
 
 
 def test_keep_checkpoint_max_counts_as_estimators_did(K, tmp_path):
@@ -274,7 +255,7 @@ def test_keep_checkpoint_max_counts_as_estimators_did(K, tmp_path):
 
 
 @pytest.mark.parametrize("writer", ["keras", "estimator"])
-def test_a_killed_run_continues_from_its_model_dir_as_under_monitored_training_session(K, tmp_path, tf_log, writer):
+def test_a_killed_run_continues_from_its_model_dir_as_under_monitored_training_session(K, tmp_path, tf_info, writer):
     """Killed after step 30 (its last checkpoint at 20), started again with StopAtStepHook(last_step=50):
     it ends at 50 with the weights of TF1's run, which restored model.ckpt-20 and trained 30 steps."""
     start = weights_of(make_model(K, layer_names=TF1_NAMES))
@@ -282,9 +263,9 @@ def test_a_killed_run_continues_from_its_model_dir_as_under_monitored_training_s
     with pytest.raises(Killed):
         tf1_estimator_train(reference, start, steps=40, hooks=[KillDuring(30)])
     assert checkpoint_steps(reference) == [0, 10, 20]
-    tf_log.clear()
+    tf_info.clear()
     expected = tf1_estimator_train(reference, start, steps=40, hooks=[T.StopAtStepHook(last_step=50)])
-    _, tf1_restores = log_lines(tf_log)
+    _, tf1_restores = log_lines(tf_info)
 
     model_dir = tmp_path / "keras"
     if writer == "estimator":  # an Estimator's name-based checkpoints
@@ -295,12 +276,12 @@ def test_a_killed_run_continues_from_its_model_dir_as_under_monitored_training_s
         with pytest.raises(Killed):
             fit(make_model(K, layer_names=TF1_NAMES), [killed], epochs=4)
     assert checkpoint_steps(model_dir) == [0, 10, 20]
-    tf_log.clear()
+    tf_info.clear()
     # A new process would make a new model: other initial weights, which the restore replaces.
     model = make_model(K, layer_names=TF1_NAMES)
     model.set_weights([w + 1.0 for w in model.get_weights()])
     fit(model, [HookCallback([*estimator_hooks(model_dir, **SETTINGS), T.StopAtStepHook(last_step=50)])], epochs=5)
-    _, restores = log_lines(tf_log)
+    _, restores = log_lines(tf_info)
 
     assert iterations(model) == 50
     assert restores == tf1_restores == ["model.ckpt-20"]
@@ -315,7 +296,7 @@ def test_a_killed_run_continues_from_its_model_dir_as_under_monitored_training_s
 # -- estimator_hooks: eval ------------------------------------------------------------------
 
 
-def test_eval_results_go_to_model_dir_eval_as_estimator_evaluate_wrote_them(K, tmp_path, tf_log):
+def test_eval_results_go_to_model_dir_eval_as_estimator_evaluate_wrote_them(K, tmp_path, tf_info):
     sys.path.insert(0, ERA)
     try:
         estimator_results = importlib.import_module("estimator_results")
@@ -344,8 +325,8 @@ def test_eval_results_go_to_model_dir_eval_as_estimator_evaluate_wrote_them(K, t
             results["global_step"] = session.run(T.get_global_step())
     with tf.Graph().as_default():  # Estimator.evaluate ran in graph mode
         estimator_results._write_dict_to_summary(str(tmp_path / "tf1" / "eval"), results, results["global_step"])
-    tf1_line = [m for m in tf_log if m.startswith("Saving dict")]
-    tf_log.clear()
+    tf1_line = [m for m in tf_info if m.startswith("Saving dict")]
+    tf_info.clear()
 
     logs = model.evaluate(
         X, Y, batch_size=BATCH, verbose=0, return_dict=True,
@@ -357,7 +338,7 @@ def test_eval_results_go_to_model_dir_eval_as_estimator_evaluate_wrote_them(K, t
         ((step, value),), ((tf1_step, tf1_value),) = mine[tag], theirs[tag]
         assert step == tf1_step == 10
         assert value == pytest.approx(tf1_value, abs=1e-5) and value == pytest.approx(logs[tag], abs=1e-6)
-    line = [m for m in tf_log if m.startswith("Saving dict")]
+    line = [m for m in tf_info if m.startswith("Saving dict")]
     assert [re.sub(r"= [\d.]+", "=", m) for m in line] == [re.sub(r"= [\d.]+", "=", m) for m in tf1_line]
 
     named = estimator_hooks(tmp_path / "keras", mode="eval", name="holdout")
