@@ -5,6 +5,9 @@ the pytest process:
 
     python distributed_run.py mirrored RESULT.json
         2 logical CPUs, MirroredStrategy, with Keras 3 and with tf_keras.
+    python distributed_run.py mirrored_loop DIRECTORY RESULT.json
+        2 logical CPUs, a custom `strategy.run` loop (docs/custom-loops.md) with
+        HookCallback, and the same hooks under a MonitoredSession on the TF1 twin.
     python distributed_run.py worker HOOK_DIR RESULT.json     (TF_CONFIG set)
         one worker of a MultiWorkerMirroredStrategy cluster, with tf_keras.
     python distributed_run.py data_parallel RESULT.json
@@ -32,8 +35,7 @@ DATA_PARALLEL_STOP = 17  # StopAtStepHook(last_step=...) in the second of 3 epoc
 
 
 def mirrored(result_path: str) -> None:
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    two_logical_cpus()
     import keras
     import tf_keras
 
@@ -42,6 +44,85 @@ def mirrored(result_path: str) -> None:
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         results[name] = train_mirrored(K, strategy)
     write(result_path, results)
+
+
+def two_logical_cpus() -> None:
+    """Splits the CPU in 2 logical devices; must run before TF initializes its devices."""
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+def mirrored_loop(directory: str, result_path: str) -> None:
+    """The `strategy.run` loop of docs/custom-loops.md (Keras 3 and tf_keras), and the TF1 twin."""
+    two_logical_cpus()
+    import keras
+    import tf_keras
+    from support import run_tf1_mlp, weights_of
+    from test_loops import Fetch, hooks, mlp
+
+    results: dict = {}
+    for name, K in (("keras", keras), ("tf_keras", tf_keras)):
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        with strategy.scope():
+            model, optimizer = mlp(K), K.optimizers.SGD(0.05)
+        start = weights_of(model)
+        logged: list = []
+        fetch = Fetch("loss:0")
+        passed = strategy_loop(K, strategy, model, optimizer, hooks(os.path.join(directory, name), logged, fetch))
+        tf1_logged: list = []
+        tf1_fetch = Fetch("loss:0")
+        run_tf1_mlp(hooks(os.path.join(directory, f"{name}_tf1"), tf1_logged, tf1_fetch), start, steps=20)
+        results[name] = {
+            "replicas": strategy.num_replicas_in_sync,
+            "passed": passed,
+            "logged": [float(v) for v in logged],
+            "fetched": [float(r["loss:0"]) for r in fetch.seen],
+            "fetched_types": sorted({type(r["loss:0"]).__name__ for r in fetch.seen}),
+            "steps": [int(r["step"]) for r in fetch.seen],
+            "iterations": int(optimizer.iterations.numpy()),
+            "tf1_logged": [float(v) for v in tf1_logged],
+            "tf1_steps": [int(r["step"]) for r in tf1_fetch.seen],
+        }
+    write(result_path, results)
+
+
+def strategy_loop(K, strategy, model, optimizer, hooks) -> list:
+    """docs/custom-loops.md's MirroredStrategy loop: 20 batches at most, in order. Returns the losses passed."""
+    from support import BATCH, make_data
+
+    from hooks2callbacks import HookCallback
+
+    x, y = make_data()
+    loss_object = K.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+    def replica_step(features, labels):
+        with tf.GradientTape() as tape:
+            logits = model(features, training=True)
+            loss = tf.nn.compute_average_loss(loss_object(labels, logits), global_batch_size=BATCH)
+        grads = tape.gradient(loss, model.trainable_weights)
+        optimizer.apply_gradients(zip(grads, model.trainable_weights, strict=True))
+        return loss
+
+    @tf.function
+    def distributed_step(features, labels):
+        per_replica = strategy.run(replica_step, args=(features, labels))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).repeat()
+    callbacks = K.callbacks.CallbackList([HookCallback(hooks, optimizer=optimizer)], model=model)
+    passed: list = []
+    callbacks.on_train_begin()
+    for step, (features, labels) in enumerate(strategy.experimental_distribute_dataset(dataset)):
+        if step == 20:
+            break
+        callbacks.on_train_batch_begin(step)
+        loss = distributed_step(features, labels)
+        passed.append(float(loss))
+        callbacks.on_train_batch_end(step, {"loss": loss})
+        if model.stop_training:
+            break
+    callbacks.on_train_end()
+    return passed
 
 
 def train_mirrored(K, strategy) -> dict:
@@ -326,9 +407,11 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     if sys.argv[1] == "mirrored":
         mirrored(sys.argv[2])
+    elif sys.argv[1] == "mirrored_loop":
+        mirrored_loop(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "worker":
         worker(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "data_parallel":
         data_parallel(sys.argv[2])
     else:
-        raise SystemExit(f"unknown run {sys.argv[1]!r}; expected 'mirrored' or 'worker'")
+        raise SystemExit(f"unknown run {sys.argv[1]!r}; expected 'mirrored', 'mirrored_loop', 'worker' or 'data_parallel'")

@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import distributed_run
+import numpy as np
 import pytest
 import tensorflow as tf
 from support import iterations, make_model
@@ -72,6 +73,18 @@ def mirrored(tmp_path_factory):
     (output,) = finish([process])
     assert process.returncode == 0, output[-5000:]
     return json.loads(result.read_text())
+
+
+@pytest.fixture(scope="module")
+def mirrored_loop(tmp_path_factory):
+    """`distributed_run.py mirrored_loop`: its checkpoint directory and what its hooks saw."""
+    if importlib.util.find_spec("tf_keras") is None:
+        pytest.skip("tf_keras is not installed: pip install '.[test]' (or tf-keras)")
+    directory = tmp_path_factory.mktemp("mirrored_loop")
+    process = start(["mirrored_loop", str(directory), str(directory / "result.json")])
+    (output,) = finish([process])
+    assert process.returncode == 0, output[-5000:]
+    return directory, json.loads((directory / "result.json").read_text())
 
 
 @pytest.mark.slow
@@ -213,3 +226,35 @@ def test_keras_distribution_data_parallel_on_jax_gives_global_batch_values_and_t
     # The global batch's own values: those of the same batch on one device, to float32 rounding.
     for key in ("loss", "accuracy"):
         assert [r[key] for r in both["rows"]] == pytest.approx([r[key] for r in one["rows"]], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.slow
+@needs_tf_keras
+@pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
+def test_mirrored_strategy_custom_loop_runs_hooks_as_monitored_session_does(mirrored_loop, flavour):
+    """docs/custom-loops.md's `strategy.run` loop on 2 logical CPUs, the model not compiled, with
+    test_loops.py's hooks (StopAtStepHook, LoggingTensorHook, a fetch by name, CheckpointSaverHook,
+    NanTensorHook), against the same hooks under a MonitoredSession on the TF1 twin."""
+    directory, runs = mirrored_loop
+    run = runs[flavour]
+    assert run["replicas"] == 2
+    # The same stop step, and the hooks saw exactly the reduced losses the loop passed.
+    assert len(run["passed"]) == len(run["tf1_logged"]) == 7 and run["iterations"] == 7
+    assert run["logged"] == run["fetched"] == run["passed"]
+    assert run["fetched_types"] == ["float32"]
+    assert run["steps"] == run["tf1_steps"] == list(range(7))
+    # The global batch's loss: what one device (the TF1 twin) computes for it.
+    assert run["passed"] == pytest.approx(run["tf1_logged"], rel=1e-5)
+    # Checkpoints at the same steps, each holding the weights after the steps it is named for.
+    ours, tf1 = directory / flavour, directory / f"{flavour}_tf1"
+    state = tf.train.get_checkpoint_state(str(ours))
+    assert [int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths] == [0, 3, 6, 7]
+    for step in (0, 3, 6, 7):
+        for name in ("global_step", "dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"):
+            np.testing.assert_allclose(
+                tf.train.load_variable(str(ours / f"model.ckpt-{step}"), name),
+                tf.train.load_variable(str(tf1 / f"model.ckpt-{step}"), name),
+                rtol=1e-5,
+                atol=1e-6,
+                err_msg=f"{name} at step {step}",
+            )
