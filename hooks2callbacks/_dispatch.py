@@ -24,7 +24,7 @@ from hooks2callbacks._batch import BatchSource, LoopLogs
 from hooks2callbacks._checkpoint import install_saver
 from hooks2callbacks._fetch import Plan, check_feeds, compile_fetches, fetched
 from hooks2callbacks._graph import AdapterGraph, DefaultGraphScope, log_key_of
-from hooks2callbacks._model import Entry, ModelMirror, return_optimizer
+from hooks2callbacks._model import Entry, LoopState, ModelMirror, register_loop_state, return_optimizer
 from hooks2callbacks._seams import SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues
 from hooks2callbacks._session import NOTHING_RAN, AdapterSession
 from hooks2callbacks._translate import refusal
@@ -320,6 +320,8 @@ class HookRunner:
             the step's values as passed (`_batch.LoopLogs`).
         lent_optimizer: Whether an optimizer is lent for the run
             (`_model.lend_optimizer`); it is given back when the run closes.
+        loop_state: Where a stateless loop's state, passed as `logs["state"]`, goes
+            (`_model.LoopState`); None outside the user's own loop.
 
     Attributes:
         graph: The adapter graph of this run.
@@ -347,8 +349,10 @@ class HookRunner:
         original_fetches: str | None = None,
         loop_logs: bool = False,
         lent_optimizer: bool = False,
+        loop_state: LoopState | None = None,
     ) -> None:
         self._sources = sources
+        self._loop_state = loop_state
         self._loop_logs = loop_logs
         self._lent_optimizer = lent_optimizer
         self._original_fetches = original_fetches
@@ -408,6 +412,8 @@ class HookRunner:
             ValueError: A hook is already in another run that is still going.
         """
         _runs.enter(self, self._loop)
+        if self._loop_state is not None:
+            register_loop_state(self.model, self._loop_state)  # before begin(): init_from_checkpoint writes
         with self._guard:
             install_saver(self.graph, self.model, self._keep_checkpoint_max)
             if self._original_fetches is not None:
@@ -504,6 +510,9 @@ class HookRunner:
         if batch is not None:
             logs = batch.logs(logs)
         elif self._loop_logs:
+            if "state" in logs:  # a stateless loop's state: into the variables only if hooks touch them
+                cast(LoopState, self._loop_state).hand(logs["state"], int(self.step))
+                logs = {k: v for k, v in logs.items() if k != "state"}
             logs = LoopLogs(logs)
         stale = self.step
         if self.advances:
@@ -579,6 +588,8 @@ class HookRunner:
                 self._batch.close()
             self.session.close()
             _runs.leave(self)
+            if self._loop_state is not None:
+                register_loop_state(self.model, None)
             if self._lent_optimizer:
                 return_optimizer(self.model)
 

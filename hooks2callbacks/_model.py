@@ -66,6 +66,8 @@ _READS_REF = frozenset({"IsVariableInitialized"})
 
 def read_variable(variable: Any, model: Any = None) -> Any:
     """Reads an eager TF or Keras variable, also from inside the adapter graph's context."""
+    if _loop_states:  # a stateless loop's state, handed in, reaches the variables at the first read
+        _sync_loop_state(model)
     # Keras's JAX trainer keeps the state outside the variables during an epoch;
     # this writes it back (as `Callback.model` does), so the value is current.
     sync = getattr(model, "jax_state_sync", None)
@@ -84,6 +86,10 @@ def read_variable(variable: Any, model: Any = None) -> Any:
 
 def write_variable(variable: Any, value: Any, model: Any = None) -> None:
     """Assigns `value` to an eager TF or Keras variable, so that Keras's next step uses it."""
+    if _loop_states:
+        loop_state = _sync_loop_state(model)
+        if loop_state is not None:
+            loop_state.wrote()
     # After a JAX sync the trainer takes its state from the variables again
     # at the next batch (`_jax_state_synced`), so the assignment survives.
     sync = getattr(model, "jax_state_sync", None)
@@ -91,6 +97,100 @@ def write_variable(variable: Any, value: Any, model: Any = None) -> None:
         sync()
     with context.eager_mode():
         variable.assign(value)
+
+
+class LoopState:
+    """A stateless training loop's state (keras.io's JAX loop), held outside the model.
+
+    The loop hands it in with its logs (`"state"`: trainable, non-trainable and
+    optimizer variables' values); it reaches the Keras variables only when hook code
+    reads or writes one of them (a fetch by name, a checkpoint, an assign op), so a
+    step whose hooks touch no variable costs nothing. `take()` gives it back, with
+    the hooks' writes where they wrote.
+
+    Attributes:
+        pending: The state handed in and not yet in the variables, or None.
+        writer: Describes the hook call that last wrote a variable (None: no write
+            since the state was last taken).
+    """
+
+    def __init__(self, model: Any, optimizer: Any, caller: Callable[[], str]) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.pending: Any = None
+        self.current: Any = None
+        self.writer: str | None = None
+        self._caller = caller
+
+    def groups(self) -> tuple[list[Any], list[Any], list[Any]]:
+        optimizer_variables = list(self.optimizer.variables) if self.optimizer is not None else []
+        return list(self.model.trainable_variables), list(self.model.non_trainable_variables), optimizer_variables
+
+    def hand(self, state: Any, step: int) -> None:
+        """Takes the loop's state after a step.
+
+        Raises:
+            ValueError: `state` is not the three lists of values, or hooks wrote a
+                variable since the loop last took the state back (their write would be lost).
+        """
+        if self.writer is not None:
+            raise ValueError(
+                f"{self.writer} wrote the model's variables, and the state the loop passed at step {step} "
+                "does not hold that write: the loop kept its own state, so the write would be lost. Take "
+                "the state back after on_train_begin() and after each on_train_batch_end(): "
+                "`state = callback.state()` (docs/custom-loops.md)."
+            )
+        groups = self.groups()
+        if not isinstance(state, (tuple, list)) or len(state) != 3:
+            raise ValueError(
+                f"HookCallback: logs['state'] at step {step} takes the loop's state as "
+                "(trainable_values, non_trainable_values, optimizer_values), got "
+                f"{type(state).__name__}{f' of {len(state)} items' if isinstance(state, (tuple, list)) else ''}."
+            )
+        for what, values, variables in zip(("trainable", "non-trainable", "optimizer"), state, groups, strict=True):
+            if len(values) != len(variables):
+                raise ValueError(
+                    f"HookCallback: logs['state'] at step {step} holds {len(values)} {what} values; the "
+                    f"model (and the optimizer given as HookCallback(optimizer=...)) has {len(variables)}."
+                )
+        self.pending = self.current = state
+
+    def sync(self) -> None:
+        """Puts the handed-in state into the Keras variables."""
+        state, self.pending = self.pending, None
+        with context.eager_mode():
+            for variables, values in zip(self.groups(), state, strict=True):
+                for variable, value in zip(variables, values, strict=True):
+                    variable.assign(value)
+
+    def wrote(self) -> None:
+        self.writer = self._caller()
+
+    def take(self) -> tuple[list[Any], list[Any], list[Any]]:
+        """The state for the loop's next step: the one handed in, or the variables' values after writes."""
+        if self.current is None or self.writer is not None:
+            self.writer = None
+            self.current = tuple([v.value for v in variables] for variables in self.groups())
+        return self.current
+
+
+# Stateless loops' states (`LoopState`) of runs in progress: id(model) -> the state.
+_loop_states: dict[int, LoopState] = {}
+
+
+def _sync_loop_state(model: Any) -> LoopState | None:
+    loop_state = _loop_states.get(id(model))
+    if loop_state is not None and loop_state.pending is not None:
+        loop_state.sync()
+    return loop_state
+
+
+def register_loop_state(model: Any, loop_state: LoopState | None) -> None:
+    """Makes reads and writes of `model`'s variables see `loop_state` (None: ends it)."""
+    if loop_state is None:
+        _loop_states.pop(id(model), None)
+    else:
+        _loop_states[id(model)] = loop_state
 
 
 class Entry:
@@ -213,6 +313,8 @@ def global_step_of(model: Any) -> int:
     optimizer: Any = optimizer_of(model)
     if getattr(optimizer, "iterations", None) is None:
         return 0
+    if _loop_states:
+        _sync_loop_state(model)
     with context.eager_mode():
         iterations = optimizer.iterations
     if isinstance(iterations, keras.Variable):

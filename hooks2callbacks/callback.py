@@ -117,6 +117,7 @@ from hooks2callbacks._dispatch import HookRunner, Hooks, as_hook_list, is_factor
 from hooks2callbacks._distribute import StopAgreement, is_chief, is_default, is_multi_worker, strategy_of
 from hooks2callbacks._graph import OP_NAME, log_key_of
 from hooks2callbacks._model import (
+    LoopState,
     accumulation_steps,
     global_step_of,
     has_weights,
@@ -387,6 +388,7 @@ class HookCallback(keras.callbacks.Callback):
         self._ran_in_fit: bool | None = None
         # Driven by the user's own loop (keras.callbacks.CallbackList), not by Keras's fit/evaluate/predict.
         self._custom = False
+        self._loop_state: LoopState | None = None  # a custom loop's state (`state()`)
         self._warned_idle = False
 
     def __repr__(self) -> str:
@@ -508,6 +510,8 @@ class HookCallback(keras.callbacks.Callback):
             steps_per_execution(model) != 1 or accumulation_steps(optimizer_of(model)) != 1
         )
         step = global_step_of(model)
+        if mode == "train" and self._custom:
+            self._loop_state = LoopState(model, optimizer_of(model), self._writer)
         if mode == "train":  # a factory's hooks are new each run
             note_traps([h for source in hooks if not is_factory(source) for h in cast(Sequence[Any], source)], step)
         self._runner = HookRunner(
@@ -520,6 +524,7 @@ class HookCallback(keras.callbacks.Callback):
             # logs are the step's values (`_batch.LoopLogs`).
             batch_mode=mode if mode != "predict" and steps and not self._custom else None,
             loop_logs=self._custom,
+            loop_state=self._loop_state if mode == "train" and self._custom else None,
             lent_optimizer=lent,
             batch_values=self.values != "running_mean",
             batch_keys=is_loss_key if self.values is None else None,
@@ -543,6 +548,37 @@ class HookCallback(keras.callbacks.Callback):
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+    def state(self) -> tuple[list[Any], list[Any], list[Any]]:
+        """The state of a stateless training loop (keras.io's JAX loop), for its next step.
+
+        The loop passes its state with the logs, `callbacks.on_train_batch_end(step,
+        {"loss": loss, "state": state})`, as `(trainable_values, non_trainable_values,
+        optimizer_values)` (the optimizer's, given as `HookCallback(optimizer=...)`).
+        The values reach the Keras variables only when hook code reads or writes one
+        (a fetch by name, a checkpoint, an assign op), so steps whose hooks touch no
+        variable cost nothing. Take the state back after `on_train_begin()` and after
+        each `on_train_batch_end(...)`: `state = callback.state()`.
+
+        Returns:
+            The state passed last, or, where hooks wrote variables since (an assign op,
+            `init_from_checkpoint`), or before any was passed, the variables' values.
+
+        Raises:
+            RuntimeError: No custom training loop run has begun with this callback.
+        """
+        if self._pending == "train" and self._custom:
+            self._begin(self._pending)  # hooks' begin() runs now, as at the first batch: it may write
+        if self._loop_state is None:
+            raise RuntimeError(
+                f"{self!r}.state() gives a custom training loop its state, and no such run has begun: "
+                "call callbacks.on_train_begin() first (docs/custom-loops.md)."
+            )
+        return self._loop_state.take()
+
+    def _writer(self) -> str:
+        runner = self._runner
+        return "HookCallback" if runner is None else runner.caller
 
     def close(self) -> None:
         """Closes a run that an exception in Keras left open, without calling `end()`.

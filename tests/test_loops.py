@@ -355,28 +355,20 @@ def test_jax_loop_runs_hooks_as_monitored_session_does(tmp_path):
         return loss, (trainable, non_trainable, optimizer_vars)
 
     logged: list[Any] = []
-    fetch = Fetch("loss")
-    callback_list = keras.callbacks.CallbackList(
-        [HookCallback(hooks(tmp_path / "jax", logged, fetch), optimizer=optimizer)], model=model
-    )
-    state = (
-        [v.value for v in model.trainable_variables],
-        [v.value for v in model.non_trainable_variables],
-        [v.value for v in optimizer.variables],
-    )
-    passed = []
+    fetch = Fetch("loss", "dense_1/bias:0")
+    callback = HookCallback(hooks(tmp_path / "jax", logged, fetch), optimizer=optimizer)
+    callback_list = keras.callbacks.CallbackList([callback], model=model)
+    passed, biases = [], []
     callback_list.on_train_begin()
+    state = callback.state()  # the variables' values: hooks' begin() may have written them
     for step in range(20):
         callback_list.on_train_batch_begin(step)
         loss, state = train_step(state, *batch(step))
         passed.append(float(loss))
-        # Hooks read the Keras variables (checkpoints, weights by name): hand them the loop's state.
-        for variables, values in zip(
-            (model.trainable_variables, model.non_trainable_variables, optimizer.variables), state, strict=True
-        ):
-            for variable, value in zip(variables, values, strict=True):
-                variable.assign(value)
-        callback_list.on_train_batch_end(step, {"loss": loss})
+        biases.append(np.asarray(state[0][3]))
+        # The state reaches the Keras variables only where hooks read them (here: every step).
+        callback_list.on_train_batch_end(step, {"loss": loss, "state": state})
+        state = callback.state()
         if model.stop_training:
             break
     callback_list.on_train_end()
@@ -385,12 +377,88 @@ def test_jax_loop_runs_hooks_as_monitored_session_does(tmp_path):
     final = run_tf1_mlp(hooks(tmp_path / "tf1", tf1_logged, Fetch("loss:0")), start, steps=20)
     assert len(passed) == len(tf1_logged) == 7
     assert [float(v) for v in logged] == [float(r["loss"]) for r in fetch.seen] == passed
+    for seen, bias in zip(fetch.seen, biases, strict=True):  # the weights after the step, not the start's
+        np.testing.assert_array_equal(seen["dense_1/bias:0"], bias)
     np.testing.assert_allclose(passed, [float(v) for v in tf1_logged], rtol=1e-5)
     assert checkpoint_steps(tmp_path / "jax") == checkpoint_steps(tmp_path / "tf1") == [0, 3, 6, 7]
     for name in ("dense/kernel", "dense_1/bias"):
         np.testing.assert_allclose(
             tf.train.load_variable(str(tmp_path / "jax"), name), final[name], rtol=1e-5, atol=1e-6
         )
+
+
+class AssignBias(tf.compat.v1.train.SessionRunHook):
+    """Sets dense_1/bias to [1, 2, 3] with an assign op, at session creation or in a step's fetches."""
+
+    def __init__(self, at_step: int | None = None) -> None:
+        self.at_step = at_step
+        self.steps = 0
+
+    def begin(self) -> None:
+        bias = tf.compat.v1.get_default_graph().get_tensor_by_name("dense_1/bias:0")
+        self.assign = tf.compat.v1.assign(bias, [1.0, 2.0, 3.0])
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        if self.at_step is None:
+            session.run(self.assign)
+
+    def before_run(self, run_context: Any) -> Any:
+        self.steps += 1
+        return tf.compat.v1.train.SessionRunArgs(self.assign) if self.steps - 1 == self.at_step else None
+
+
+def jax_sgd_loop(model: Any, optimizer: Any, callback: Any, steps: int, take_state: bool = True) -> Any:
+    """keras.io's JAX loop handing its state to the hooks (`"state"`), taking it back (`callback.state()`)."""
+    import jax
+
+    optimizer.build(model.trainable_variables)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def compute_loss(trainable, non_trainable, x, y):
+        logits, non_trainable = model.stateless_call(trainable, non_trainable, x, training=True)
+        return loss_fn(y, logits), non_trainable
+
+    grad_fn = jax.value_and_grad(compute_loss, has_aux=True)
+
+    @jax.jit
+    def train_step(state, x, y):
+        trainable, non_trainable, optimizer_vars = state
+        (loss, non_trainable), grads = grad_fn(trainable, non_trainable, x, y)
+        trainable, optimizer_vars = optimizer.stateless_apply(optimizer_vars, grads, trainable)
+        return loss, (trainable, non_trainable, optimizer_vars)
+
+    callback_list = keras.callbacks.CallbackList([callback], model=model)
+    callback_list.on_train_begin()
+    state = callback.state()
+    for step in range(steps):
+        callback_list.on_train_batch_begin(step)
+        loss, state = train_step(state, *batch(step))
+        callback_list.on_train_batch_end(step, {"loss": loss, "state": state})
+        if take_state:
+            state = callback.state()
+    callback_list.on_train_end()
+    return state
+
+
+@needs_backend("jax", reason="a stateless loop's state, held outside the model")
+def test_jax_loop_state_takes_the_hooks_writes_as_monitored_session_does():
+    # A write at session creation (TF1's order is defined there; in a step's fetches it raced the train op).
+    at_step = None
+    model, optimizer = mlp(), keras.optimizers.SGD(0.05)
+    start = weights_of(model)
+    state = jax_sgd_loop(model, optimizer, HookCallback([AssignBias(at_step)], optimizer=optimizer), steps=3)
+    final = run_tf1_mlp([AssignBias(at_step)], start, steps=3)
+    np.testing.assert_allclose(np.asarray(state[0][3]), final["dense_1/bias"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(state[0][0]), final["dense/kernel"], rtol=1e-5, atol=1e-6)
+    assert int(np.asarray(state[2][0])) == 3  # the optimizer's iterations, in the loop's state
+
+
+@needs_backend("jax", reason="a stateless loop's state, held outside the model")
+def test_jax_loop_that_keeps_its_own_state_after_a_write_is_refused_naming_the_way_out():
+    model, optimizer = mlp(), keras.optimizers.SGD(0.05)
+    callback = HookCallback([AssignBias(at_step=0)], optimizer=optimizer)
+    with pytest.raises(ValueError, match=r"does not hold that write.*state = callback.state\(\)"):
+        jax_sgd_loop(model, optimizer, callback, steps=3, take_state=False)
 
 
 @needs_backend("torch", reason="keras.io's PyTorch loop with a Keras optimizer")
