@@ -414,4 +414,4 @@ if __name__ == "__main__":
     elif sys.argv[1] == "data_parallel":
         data_parallel(sys.argv[2])
     else:
-        raise SystemExit(f"unknown run {sys.argv[1]!r}; expected 'mirrored', 'mirrored_loop', 'worker' or 'data_parallel'")
+        raise SystemExit(f"unknown run {sys.argv[1]!r}; expected mirrored, mirrored_loop, worker or data_parallel")
