@@ -43,7 +43,9 @@ def _check_hook_lines_apart_from_the_bar(notebook: Any, name: str) -> None:
         if o.output_type == "stream" and o.name == "stdout"
         for line in o.text.splitlines()
     ]
-    assert any(line.startswith(_MODES) for line in lines), f"{name}: no hook lines"
+    # check_migration keeps the hooks' lines to compare them; a notebook that runs hooks itself shows them.
+    if any("HookCallback(" in c.source for c in _code_cells(notebook)):
+        assert any(line.startswith(_MODES) for line in lines), f"{name}: no hook lines"
     glued = [line for line in lines if any(mode in line[1:] for mode in _MODES)]
     assert not glued, f"{name}: a hook line continues another line: {glued[0][:300]!r}"
     stderr = [
