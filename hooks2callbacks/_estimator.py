@@ -224,6 +224,7 @@ class _ModelDir(tf.compat.v1.train.SessionRunHook):
 
     def __init__(self, model_dir: str, keep_checkpoint_max: int | None, scaffold: _Scaffold | None) -> None:
         self._model_dir = model_dir
+        self.restores_model_dir = model_dir  # no re-run note for this directory (`_rerun`): it is restored
         self._keep_checkpoint_max = keep_checkpoint_max
         self._scaffold = scaffold
         self.restored: str | None = None  # the checkpoint restored by the latest run

@@ -15,6 +15,7 @@ warning when it happens (the behaviour itself stays TF1's):
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -29,11 +30,16 @@ def note_traps(hooks: Iterable[Any], step: int) -> None:
         hooks: The run's hooks (not those a factory makes: they are new each run).
         step: The model's global step at the start of the run.
     """
+    hooks = list(hooks)
+    # Directories a hook of the run restores at its start (`estimator_hooks`), as TF1 did.
+    restored = {os.path.abspath(d) for d in (getattr(h, "restores_model_dir", None) for h in hooks) if d}
     for hook in hooks:
         if isinstance(hook, tf.compat.v1.train.StopAtStepHook):
             _stop_at_step(hook, step)
         elif isinstance(hook, tf.compat.v1.train.CheckpointSaverHook):
-            _checkpoint_dir(hook, step)
+            directory = getattr(hook, "_checkpoint_dir", None)
+            if directory and os.path.abspath(directory) not in restored:
+                _checkpoint_dir(hook, directory, step)
 
 
 def _stop_at_step(hook: Any, step: int) -> None:
@@ -51,9 +57,8 @@ def _stop_at_step(hook: Any, step: int) -> None:
     )
 
 
-def _checkpoint_dir(hook: Any, step: int) -> None:
-    directory = getattr(hook, "_checkpoint_dir", None)
-    latest = tf.train.latest_checkpoint(directory) if directory else None
+def _checkpoint_dir(hook: Any, directory: str, step: int) -> None:
+    latest = tf.train.latest_checkpoint(directory)
     suffix = latest.rsplit("-", 1)[-1] if latest else ""
     if not suffix.isdigit() or int(suffix) <= step:
         return

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 from support import iterations, make_data, make_model
 
-from hooks2callbacks import HookCallback, restore_checkpoint
+from hooks2callbacks import HookCallback, estimator_hooks, restore_checkpoint
 
 X, Y = make_data()  # 320 samples: 10 batches of 32
 T = tf.compat.v1.train
@@ -73,3 +73,14 @@ def test_a_checkpoint_directory_ahead_of_the_model_is_pointed_out(K, tmp_path):
         fit(make_model(K), [T.StopAtStepHook(num_steps=3)], saver())
     # What it warned of: the directory's latest checkpoint is now the older step.
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("-3")
+
+
+def test_a_model_dir_that_estimator_hooks_restores_gets_no_note(K, tmp_path):
+    """`estimator_hooks(model_dir)` continues from the directory's checkpoint, as Estimator did:
+    its CheckpointSaverHook's directory being ahead of the fresh model is no trap."""
+    model_dir = str(tmp_path)
+    fit(make_model(K), [T.StopAtStepHook(num_steps=10), *estimator_hooks(model_dir, save_checkpoints_steps=5)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message=".*log at INFO.*")  # the stock hooks' silent-logging note
+        assert fit(make_model(K), [T.StopAtStepHook(last_step=15), *estimator_hooks(model_dir)]) == 15
