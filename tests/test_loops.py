@@ -292,7 +292,7 @@ def test_batches_after_a_stop_and_batches_before_begin_are_warned_of():
         callback_list.on_train_batch_begin(1)
     callback_list.on_train_batch_end(1, {"loss": 1.0})
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # once a run
+        warnings.simplefilter("error", UserWarning)  # once a run
         callback_list.on_train_batch_begin(2)
     callback_list.on_train_end()
     fresh = keras.callbacks.CallbackList([HookCallback([stop], optimizer=optimizer)], model=model)

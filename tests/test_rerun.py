@@ -48,7 +48,7 @@ def test_a_new_stop_at_step_hook_or_a_last_step_one_gets_no_note(K):
     model = make_model(K)
     last = T.StopAtStepHook(last_step=4)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        warnings.simplefilter("error", UserWarning)  # what the package warns; not TF's own deprecations
         assert fit(model, [T.StopAtStepHook(num_steps=3)]) == 3
         assert fit(model, [T.StopAtStepHook(num_steps=3)]) == 6
         fit(make_model(K), [last])
@@ -65,7 +65,7 @@ def test_a_checkpoint_directory_ahead_of_the_model_is_pointed_out(K, tmp_path):
     model = make_model(K)
     restore_checkpoint(model, str(tmp_path))
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        warnings.simplefilter("error", UserWarning)  # what the package warns; not TF's own deprecations
         assert fit(model, [T.StopAtStepHook(num_steps=2)], saver()) == 12
     # A fresh model (the cell that builds it run again), the same directory: the note.
     match = rf"CheckpointSaverHook: {tmp_path} holds a checkpoint of step 12, later than this model's global step 0"
@@ -81,6 +81,6 @@ def test_a_model_dir_that_estimator_hooks_restores_gets_no_note(K, tmp_path):
     model_dir = str(tmp_path)
     fit(make_model(K), [T.StopAtStepHook(num_steps=10), *estimator_hooks(model_dir, save_checkpoints_steps=5)])
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        warnings.simplefilter("error", UserWarning)  # what the package warns; not TF's own deprecations
         warnings.filterwarnings("ignore", message=".*log at INFO.*")  # the stock hooks' silent-logging note
         assert fit(make_model(K), [T.StopAtStepHook(last_step=15), *estimator_hooks(model_dir)]) == 15
