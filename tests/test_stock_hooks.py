@@ -276,9 +276,10 @@ def test_logging_tensor_hook_every_n_secs_follows_the_clock(K, hook_log, clock):
 
 @pytest.mark.parametrize("values", [None, "batch"])
 def test_logging_tensor_hook_in_eval_mode_logs_the_eval_values(K, hook_log, values):
-    """By default an eval hook sees the evaluation's aggregates so far, as TF1's streaming
-    eval metrics held them: the line at end() is evaluate()'s result. values="batch" gives
-    each batch's own."""
+    """By default an eval hook sees each name as an Estimator's eval graph held it: the
+    batch's loss (`EstimatorSpec.loss`) and the accuracy aggregated so far (a streaming
+    `tf.metrics` value); values="batch" gives each batch's own accuracy too. The line at
+    end() is evaluate()'s result either way, as Estimator reported it."""
     model = make_model(K)
     fit(K, model, T.StopAtStepHook(num_steps=3))  # change the weights a little first
     hook_log.clear()
@@ -298,13 +299,13 @@ def test_logging_tensor_hook_in_eval_mode_logs_the_eval_values(K, hook_log, valu
     messages = info_messages(hook_log)
     periodic = list(range(0, STEPS_PER_EPOCH, 2))
     assert len(messages) == len(periodic) + 1
-    if values is None:
-        assert [parse_stats(m) for m in messages[:-1]] == [batch_values(recorder.test_logs[i]) for i in periodic]
-        assert parse_stats(messages[-1]) == batch_values(results)
-        assert recorder.test_batch[-1]["loss"] != pytest.approx(results["loss"])  # not the last batch's
-    else:
-        assert [parse_stats(m) for m in messages[:-1]] == [batch_values(recorder.test_batch[i]) for i in periodic]
-        assert parse_stats(messages[-1]) == batch_values(recorder.test_batch[-1])
+    accuracy = recorder.test_logs if values is None else recorder.test_batch
+    expected = [
+        batch_values({"loss": recorder.test_batch[i]["loss"], "accuracy": accuracy[i]["accuracy"]}) for i in periodic
+    ]
+    assert [parse_stats(m) for m in messages[:-1]] == expected
+    assert parse_stats(messages[-1]) == batch_values(results)
+    assert recorder.test_batch[-1]["loss"] != pytest.approx(results["loss"])  # not the last batch's
     # Keras's own result is still its mean over the whole evaluation.
     assert picked(results) == picked(recorder.test_logs[-1])
 
@@ -316,8 +317,8 @@ def test_logging_tensor_hook_in_eval_mode_logs_each_validation_pass_of_fit(K, ho
     recorder = fit(K, model, hook, epochs=2, mode="eval", validation_data=(X[:n_val], Y[:n_val]))
     assert len(recorder.test_logs) == 2 * 3
     # Each pass is a run of its own: the local iteration count restarts at 0. In eval
-    # mode the loss is the pass's aggregate so far, as Keras logs it.
-    expected = [recorder.test_logs[p * 3 + i]["loss"] for p in range(2) for i in (0, 2)]
+    # mode the loss is the batch's, as EstimatorSpec.loss held it.
+    expected = [recorder.test_batch[p * 3 + i]["loss"] for p in range(2) for i in (0, 2)]
     assert [parse_stats(m)["loss"] for m in info_messages(hook_log)] == pytest.approx(expected, rel=1e-6)
 
 
@@ -404,9 +405,10 @@ def test_final_ops_hook_evaluates_a_tensor_derived_from_a_log_tensor(K):
     assert values["doubled"] == values["loss"] * np.float32(2.0)  # placeholders are float32
 
 
-def test_final_ops_hook_in_eval_mode_gets_the_evaluate_results_or_the_last_batch(K):
-    """Estimator.evaluate's FinalOpsHook on streaming metrics gave the evaluation's aggregates;
-    so does the default here. The last batch's own values are one argument away."""
+def test_final_ops_hook_in_eval_mode_gets_the_evaluate_results_whatever_values(K):
+    """Estimator.evaluate's FinalOpsHook on streaming metrics gave the evaluation's aggregates
+    (in end(), a batch tensor would have pulled another batch): so does end() here, with
+    values="batch" too, which gives the steps each batch's own values."""
     model = make_model(K)
     fit(K, model, T.StopAtStepHook(num_steps=3))
     hook = T.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
@@ -419,8 +421,8 @@ def test_final_ops_hook_in_eval_mode_gets_the_evaluate_results_or_the_last_batch
     model.evaluate(
         X, Y, batch_size=BATCH, verbose=0, callbacks=[recorder, HookCallback(last, mode="eval", values="batch")]
     )
-    assert last.final_ops_values == batch_values(recorder.test_batch[-1])
-    assert last.final_ops_values != batch_values(results)
+    assert last.final_ops_values == picked(results)
+    assert last.final_ops_values != batch_values(recorder.test_batch[-1])
 
 
 def test_final_ops_hook_with_the_model_iterations_gets_the_final_step(K):
@@ -498,7 +500,7 @@ def test_summary_saver_hook_writes_each_batch_own_values_at_their_steps(K, tmp_p
         assert [value for _, value in scalars[tag]] == pytest.approx(expected, rel=1e-6)
 
 
-def test_summary_saver_hook_in_eval_mode_writes_the_evaluation_aggregates(K, tmp_path):
+def test_summary_saver_hook_in_eval_mode_writes_each_batch_loss_as_the_loss_tensor_held_it(K, tmp_path):
     model = make_model(K)
     fit(K, model, T.StopAtStepHook(num_steps=4))
 
@@ -511,8 +513,9 @@ def test_summary_saver_hook_in_eval_mode_writes_the_evaluation_aggregates(K, tmp
     scalars = read_scalars(tmp_path)["eval_loss"]
     # Evaluation does not advance the global step: every event is at step 4.
     assert {step for step, _ in scalars} == {4}
-    # What TF1's streaming eval metrics held at each step: the aggregate so far, the last one evaluate()'s.
-    assert [value for _, value in scalars] == pytest.approx([v["loss"] for v in recorder.test_logs], rel=1e-6)
+    # A summary of the loss tensor held each batch's loss, as EstimatorSpec.loss did (the
+    # evaluation's mean is written at end(): test_tf_slims_summary_at_end_hook_*).
+    assert [value for _, value in scalars] == pytest.approx([v["loss"] for v in recorder.test_batch], rel=1e-6)
 
 
 def test_tf_slims_summary_at_end_hook_writes_the_evaluation_as_under_tf1(K, tmp_path):
