@@ -129,7 +129,7 @@ def _first_difference(committed: Any, fresh: Any) -> str | None:
     return None
 
 
-def test_there_are_six_notebooks() -> None:
+def test_there_are_seven_notebooks() -> None:
     assert [p.name for p in NOTEBOOKS] == [
         "01_quickstart.ipynb",
         "02_migrating_an_estimator_script.ipynb",
@@ -137,6 +137,7 @@ def test_there_are_six_notebooks() -> None:
         "04_warm_start_from_a_tf1_checkpoint.ipynb",
         "05_continue_an_estimator_run.ipynb",
         "06_check_your_migration.ipynb",
+        "07_hooks_in_a_custom_training_loop.ipynb",
     ]
 
 
