@@ -35,11 +35,12 @@ from support import (
     make_model,
     needs_backend,
     run_tf1_mlp,
+    tf1_mlp,
     weights_of,
 )
 from tensorflow.python.training import training_util
 
-from hooks2callbacks import HookCallback, restore_checkpoint
+from hooks2callbacks import HookCallback, restore_checkpoint, restore_tf1_checkpoint
 
 X, Y = make_data()
 on_tensorflow = needs_backend("tensorflow", reason="the loop of keras.io's TensorFlow guide")
@@ -330,6 +331,23 @@ def test_checkpoint_saver_under_fit_writes_tf1_names_read_back_exactly(tmp_path)
     for a, b in zip(weights_of(restored), weights_of(model), strict=True):
         np.testing.assert_array_equal(a, b)
     assert int(keras.ops.convert_to_numpy(restored.optimizer.iterations)) == 5
+
+
+@needs_backend("jax", "torch", reason="a Keras 3 model on JAX or PyTorch is no TF trackable")
+def test_restore_tf1_checkpoint_reads_a_tf1_saver_checkpoint_into_the_model(tmp_path):
+    """An Estimator's checkpoint (a TF1 `Saver`'s, by name) into a JAX or PyTorch model: weights and step."""
+    model = make_model(layer_names=TF1_NAMES)
+    weights = [w + 1.0 for w in weights_of(model)]
+    with tf.Graph().as_default():
+        tf1_mlp(weights)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(tf.compat.v1.assign(tf.compat.v1.train.get_global_step(), 7))
+            tf.compat.v1.train.Saver().save(session, str(tmp_path / "model.ckpt"), global_step=7)
+    restore_tf1_checkpoint(model, str(tmp_path))
+    for a, b in zip(weights_of(model), weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == 7
 
 
 @needs_backend("jax", reason="keras.io's JAX loop: a stateless step, its state held outside the model")
