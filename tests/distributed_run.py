@@ -400,7 +400,14 @@ def data_parallel(result_path: str) -> None:
 
 def write(path: str, value) -> None:
     with open(path, "w") as file:
-        json.dump(value, file)
+        json.dump(value, file, default=_plain)
+
+
+def _plain(value):
+    """A numpy value (what hooks get, as Session.run gave it) as JSON: a number or a list."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+import keras
 import pytest
 import tensorflow as tf
 from support import RecordingHook, run_keras, run_tf1
@@ -474,7 +475,11 @@ def test_every_kind_of_fetch_comes_back_as_session_run_gave_it(K):
     run_tf1_mlp([tf1], weights_of(model), 3)
     fit_mlp(K, [keras_side], 3, model=model, names={"y": "labels", "logits": "predictions"})
     for ours, theirs in zip(keras_side.results, tf1.results, strict=True):
-        assert _kind(ours) == _kind(theirs)
+        expected = _kind(theirs)
+        if keras.backend.backend() == "jax" and K is keras:
+            # JAX holds integers as int32 (without jax_enable_x64): the batch's labels are as the step had them.
+            expected["labels"] = (np.ndarray, np.dtype("int32"), expected["labels"][2])
+        assert _kind(ours) == expected
         assert type(ours["text"]) is bytes and ours["op"] is None
         for key in ("loss", "double_loss", "rate"):
             assert ours[key] == pytest.approx(theirs[key], rel=1e-5)
@@ -507,7 +512,16 @@ def test_estimators_own_logging_hook_with_the_global_step_variable_logs_tf1s_lin
     ours = _tf_lines(tf_info, "loss = ")
     assert len(ours) == len(tf1) == 3
     tf1_losses = [line.split(", step = ")[0] for line in tf1]
-    assert [line.split(", step = ")[0] for line in ours] == tf1_losses
+    our_losses = [line.split(", step = ")[0] for line in ours]
+    if keras.backend.backend() == "tensorflow" or K is not keras:
+        assert our_losses == tf1_losses
+    else:  # another backend's kernels may round the loss one float32 unit apart: the same format, close values
+        assert [text.removeprefix("loss = ") for text in our_losses] == [
+            str(np.float32(text.removeprefix("loss = "))) for text in our_losses
+        ]
+        assert [float(t.removeprefix("loss = ")) for t in our_losses] == pytest.approx(
+            [float(t.removeprefix("loss = ")) for t in tf1_losses], rel=1e-6
+        )
     assert [int(line.split(", step = ")[1]) for line in ours] == [int(line.split(", step = ")[1]) - 1 for line in tf1]
 
 

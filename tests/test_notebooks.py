@@ -80,9 +80,12 @@ def _normalise(text: str) -> str:
     between depend on the time each step took.
     """
     text = _ANSI.sub("", text)
+    # Installed packages (a venv inside or outside the checkout), then the checkout (CI clones
+    # into a temporary folder), then other temporary paths.
+    text = re.sub(r"[^\s'\",)]*/site-packages/", "<site-packages>/", text)
+    text = text.replace(str(Path(__file__).resolve().parent.parent), "<repo>")
     for root in {tempfile.gettempdir(), os.path.realpath(tempfile.gettempdir())}:
         text = re.sub(re.escape(root) + r"/[^\s'\",)]*", "<tmp>", text)
-    text = text.replace(str(Path(__file__).resolve().parent.parent), "<repo>")
     text = re.sub(r"(\.py):\d+:", r"\1:<n>:", text)
     text = _ADDRESS.sub("0x<a>", text)
     for pattern, replacement in _TIMINGS:
