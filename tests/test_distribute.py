@@ -94,7 +94,7 @@ def test_mirrored_strategy_hooks_see_global_batch_values_and_each_step_once(mirr
     steps = distributed_run.MIRRORED_STEPS
     assert run["replicas"] == 2
     assert run["steps"] == list(range(steps)) and run["iterations"] == steps
-    assert run["hook_loss_types"] == ["float"]
+    assert run["hook_loss_types"] == ["float32"]  # np.float32, as Session.run gave a float32 loss
     # Each batch's own value over the global batch: the loss one device computes on
     # it (one replica's half would not be), in training and at the end of evaluate().
     assert run["hook_loss"] == pytest.approx(run["single_device_loss"], rel=1e-4)
