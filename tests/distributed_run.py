@@ -157,10 +157,6 @@ def train_mirrored(K, strategy) -> dict:
             HookCallback(means, mode="eval", values="running_mean"),
         ],
     )
-    single_final = tf.compat.v1.train.FinalOpsHook({"loss": "loss", "accuracy": "accuracy"})
-    single_model.evaluate(
-        x, y, batch_size=32, verbose=0, callbacks=[HookCallback(single_final, mode="eval", values="batch")]
-    )
     return {
         **batch_tensors(K, strategy, x, y),
         **written_to_every_replica(K, strategy, x, y),
@@ -173,7 +169,6 @@ def train_mirrored(K, strategy) -> dict:
         "single_device_loss": single.results,
         "iterations": iterations(model),
         "final_ops": {k: float(v) for k, v in final.final_ops_values.items()},
-        "single_device_final_ops": {k: float(v) for k, v in single_final.final_ops_values.items()},
         "final_means": {k: float(v) for k, v in means.final_ops_values.items()},
         "evaluated": {k: float(evaluated[k]) for k in ("loss", "accuracy")},
     }
