@@ -12,13 +12,12 @@ Needs scikit-learn: `pip install scikit-learn` (in a checkout: `pip install ".[d
 
 from __future__ import annotations
 
-# TensorFlow's C++ start-up lines go to stderr before this module runs (`python -m`
-# imports the package, and so TensorFlow, first): `TF_CPP_MIN_LOG_LEVEL=3` in the
-# shell silences most of them.
 import argparse
 import contextlib
 import logging
 import math
+import os
+import re
 import sys
 import tempfile
 import time
@@ -29,6 +28,48 @@ _DEMO_EXTRA_HINT = (
     "The hooks2callbacks demo needs scikit-learn (for its bundled digits data set). "
     'Install it with:  pip install scikit-learn  (or, in a checkout of hooks2callbacks:  pip install ".[demo]")'
 )
+
+
+# What TensorFlow's C++ runtime prints to stderr while it loads, before it reads
+# TF_CPP_MIN_LOG_LEVEL (oneDNN's notice, "Could not find cuda drivers", the CPU
+# feature notice, absl's own preamble): lines that are not about the demo.
+_START_UP_LINE = re.compile(
+    r"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    r"|[IW]\d{4} [\d:. ]+\d+ \w+\.cc:\d+\] .*"
+    r"|To enable the following instructions: .*)$"
+)
+
+
+def _load_tensorflow_quietly() -> None:
+    """Imports TensorFlow and Keras without their C++ start-up lines, unless the user chose.
+
+    A user who set `TF_CPP_MIN_LOG_LEVEL` gets TensorFlow's logs as they asked. Otherwise the
+    level is set to 3 (errors and below hidden once TensorFlow reads it), and what the C++
+    runtime writes to stderr while it loads, before it reads the level, is held back: start-up
+    notices are dropped, and any other line is written to stderr afterwards, as is everything
+    if the import fails.
+    """
+    if "TF_CPP_MIN_LOG_LEVEL" in os.environ or "tensorflow" in sys.modules:
+        return
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    sys.stderr.flush()
+    saved = os.dup(2)
+    failed = True
+    with tempfile.TemporaryFile(mode="w+b") as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            import keras  # noqa: F401
+            import tensorflow  # noqa: F401
+
+            failed = False
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            lines = held.read().decode(errors="replace").splitlines()
+            kept = lines if failed else [line for line in lines if not _START_UP_LINE.match(line)]
+            if kept:
+                print("\n".join(kept), file=sys.stderr, flush=True)
 
 
 class StepRecorderHook:
@@ -167,6 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_DEMO_EXTRA_HINT, file=sys.stderr)
         return 1
 
+    _load_tensorflow_quietly()
     import keras
     import tensorflow as tf
 
@@ -287,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"  StepRecorderHook: {len(recorder.records)} steps recorded; loss {first_loss:.4f} "
             f"at global step {first_step} -> {last_loss:.4f} at global step {last_step} "
-            "(stale step, each batch's own loss)",
+            "(each step as a TF1 hook read it, before that step's own update; each batch's own loss)",
             file=out,
         )
     print(f"  test loss {scores['loss']:.4f}, test accuracy {scores['accuracy']:.4f}", file=out)

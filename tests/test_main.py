@@ -79,8 +79,9 @@ def test_rejects_non_positive_last_step(capsys):
 
 
 @pytest.mark.slow
-def test_python_dash_m_runs_the_demo():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+def test_python_dash_m_runs_the_demo_and_its_first_screen_is_the_demo():
+    # As a newcomer runs it: no TF_CPP_MIN_LOG_LEVEL in the environment.
+    env = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
     result = subprocess.run(
         [sys.executable, "-m", "hooks2callbacks", "--last-step", "10", "--log-every", "5"],
         capture_output=True,
@@ -92,6 +93,18 @@ def test_python_dash_m_runs_the_demo():
     assert "stopped at step 10" in result.stdout
     assert "StopAtStepHook requested a stop (last_step=10)" in result.stdout
     assert len(_hook_lines(result.stdout)) >= 2
+    # TensorFlow's C++ start-up lines (oneDNN, CUDA, CPU features) are not shown.
+    assert result.stderr == "", result.stderr
+
+
+@pytest.mark.slow
+def test_the_demo_leaves_tensorflow_logs_alone_when_the_user_set_their_level():
+    script = "import hooks2callbacks.__main__ as m; m._load_tensorflow_quietly(); import tensorflow; print('loaded')"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, env=env)
+    assert result.returncode == 0 and result.stdout.strip() == "loaded", result.stderr
+    # TensorFlow printed what the user's level asks for (its CPU build notice, at least).
+    assert ".cc:" in result.stderr, result.stderr
 
 
 def test_version_prints_the_package_version(capsys):
