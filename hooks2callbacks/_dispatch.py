@@ -653,6 +653,8 @@ class HookRunner:
                 feeds = check_feeds(args.feed_dict, self.graph, bound.before_name)
                 self._merge_feeds(feeds, bound)
                 self._take_variable_feeds(feeds, bound.before_name)
+        if args.fetches is None:  # TF1 kept no fetches for the hook, and gave it results=None
+            return _NO_FETCHES
         cached = bound.cached
         if cached is not None and cached.fetches is args.fetches:
             return cached
@@ -835,6 +837,10 @@ def _no_resolve(logs: Any, step: Any, ran: Any) -> None:
     return None
 
 
+# `SessionRunArgs(fetches=None)` (a hook that asks only for options or feeds): results=None, as in TF1.
+_NO_FETCHES = Plan(None, _no_resolve, ())
+
+
 def _check_args(where: str, args: Any) -> None:
     """Raises for a `before_run` result that is not usable `SessionRunArgs`."""
     if not isinstance(args, SessionRunArgs):
@@ -911,6 +917,8 @@ def _oom_unreachable(where: str, why: str) -> str:
 def _shown(options: tf.compat.v1.RunOptions, name: str) -> str:
     """A RunOptions field's value as a hook would have written it."""
     value = getattr(options, name)
+    if name == "trace_level":
+        return str(tf.compat.v1.RunOptions.TraceLevel.Name(value))
     if isinstance(value, (bool, int)):
         return repr(value)
     return f"{type(value).__name__}(...)"  # a message: DebugOptions, Experimental
