@@ -408,6 +408,7 @@ class HookRunner:
         # The hooks that asked for report_tensor_allocations_upon_oom in this step.
         self._oom_askers: list[str] = []
         self._oom_report: _OomReport | None = None
+        self._oom_unreachable: str | None = None  # why the report cannot be made ("": it can); None: not asked yet
         # (hook method, what it asked for) already warned of in this run: each is said once.
         self._warned: set[tuple[str, str]] = set()
         # The model's function that Keras's loop calls for each step of this run.
@@ -687,15 +688,23 @@ class HookRunner:
 
     def _ask_oom_report(self, where: str) -> None:
         """A hook asked for the allocations on OOM: the step's error will carry what TF2 can say."""
-        model = self.model
-        if self._loop_logs:
-            self.warn_once(where, _REPORT_OOM, _oom_unreachable(where, _OOM_OWN_LOOP))
-        elif not _is_tf_keras(model) and keras.backend.backend() != "tensorflow":
-            self.warn_once(where, _REPORT_OOM, _oom_unreachable(where, _OOM_BACKEND % keras.backend.backend()))
-        elif self._step_function == "test_function" and _is_tf_keras(model):
-            self.warn_once(where, _REPORT_OOM, _oom_unreachable(where, _OOM_TF_KERAS_EVAL))
+        if self._oom_unreachable is None:
+            self._oom_unreachable = self._why_no_oom_report()
+        if self._oom_unreachable:
+            self.warn_once(where, _REPORT_OOM, _oom_unreachable(where, self._oom_unreachable))
         else:
             self._oom_askers.append(where)
+
+    def _why_no_oom_report(self) -> str:
+        """Why this run cannot note the step's out-of-memory error; empty where it can."""
+        model = self.model
+        if self._loop_logs:
+            return _OOM_OWN_LOOP
+        if not _is_tf_keras(model) and keras.backend.backend() != "tensorflow":
+            return _OOM_BACKEND % keras.backend.backend()
+        if self._step_function == "test_function" and _is_tf_keras(model):
+            return _OOM_TF_KERAS_EVAL
+        return ""
 
     def warn_once(self, where: str, what: str, message: str) -> None:
         """Warns with `message`, once per run for each hook method and what it asked for."""

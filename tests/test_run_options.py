@@ -389,3 +389,22 @@ def test_original_args_in_training_are_fetches_none(K):
 
     fit(make_model(K), HookCallback([Original()]))
     assert seen == [T.SessionRunArgs(fetches=None)] * 3
+
+
+# -- graph finalization -------------------------------------------------------------------------------------
+
+
+class BuildsInBeforeRun(T.SessionRunHook):
+    """Builds an op in before_run, after the graph was finalized (a bug TF1 reported the same way)."""
+
+    def before_run(self, run_context):
+        tf.constant(1.0, name="late")
+
+
+def test_an_op_built_after_begin_fails_as_under_monitored_session(K):
+    """The graph is finalized after every begin(), as TF1's Scaffold finalized it: the same RuntimeError."""
+    with pytest.raises(RuntimeError) as tf1:
+        run_tf1([BuildsInBeforeRun()], max_steps=1)
+    with pytest.raises(RuntimeError) as ours_:
+        fit(make_model(K), HookCallback([BuildsInBeforeRun()]))
+    assert str(ours_.value) == str(tf1.value) == "Graph is finalized and cannot be modified."
