@@ -1020,8 +1020,8 @@ def _device_memory(full: str, short: str) -> str:
             "(tf.config.experimental.get_memory_info reports 0 bytes), so there is nothing more to say"
         )
     return (
-        f"{full}: {_mib(info['current'])} in use when the error was raised, peak {_mib(info['peak'])} "
-        "(tf.config.experimental.get_memory_info)"
+        f"{full}: {_mib(info['current'])} in use after the failed step, peak {_mib(info['peak'])} since TF "
+        "started or the last tf.config.experimental.reset_memory_stats (tf.config.experimental.get_memory_info)"
     )
 
 

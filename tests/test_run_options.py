@@ -408,3 +408,25 @@ def test_an_op_built_after_begin_fails_as_under_monitored_session(K):
     with pytest.raises(RuntimeError) as ours_:
         fit(make_model(K), HookCallback([BuildsInBeforeRun()]))
     assert str(ours_.value) == str(tf1.value) == "Graph is finalized and cannot be modified."
+
+
+def test_the_oom_note_for_a_gpu_says_its_memory_in_use_or_why_there_is_none():
+    """TF's message for a GPU out-of-memory error names the GPU: its statistics (a GPU machine), or why
+    there are none (this GPU is not there)."""
+    from hooks2callbacks._dispatch import _oom_note
+
+    error = tf.errors.ResourceExhaustedError(
+        None,
+        None,
+        "OOM when allocating tensor with shape[1099511627776] and type float on "
+        "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+    )
+    note = _oom_note(error, ["OomReportingHook.before_run()", "Other.before_run()"], 7)
+    assert note.startswith(
+        "HookCallback: OomReportingHook.before_run() and Other.before_run() asked for "
+        "RunOptions(report_tensor_allocations_upon_oom=True) for this step (global step 7)."
+    )
+    if tf.config.list_logical_devices("GPU"):
+        assert "/job:localhost/replica:0/task:0/device:GPU:0: " in note and " MiB in use after the failed step" in note
+    else:
+        assert "/job:localhost/replica:0/task:0/device:GPU:0: no memory statistics (" in note
