@@ -872,23 +872,24 @@ _REPORT_OOM = "report_tensor_allocations_upon_oom"
 # (honoured as TF2 allows) cannot be honoured on Keras's step, and the way out. docs/errors.md has the table.
 _UNHONOURED = {
     "timeout_in_ms": (
-        "Keras runs its step as a tf.function (or eagerly), which takes no RunOptions, so the step has "
-        "no timeout. Remove the option; under tf.distribute, bound how long collectives wait with "
-        "tf.distribute.experimental.CommunicationOptions(timeout_seconds=...)."
+        "Keras's step is a compiled function of its backend, not a Session.run, and takes no RunOptions, "
+        "so it has no timeout. Remove the option; under tf.distribute, bound how long collectives wait "
+        "with tf.distribute.experimental.CommunicationOptions(timeout_seconds=...)."
     ),
     "inter_op_thread_pool": (
-        "Keras's step runs on TF's one inter-op thread pool; a session's extra pools "
-        "(ConfigProto.session_inter_op_thread_pool) do not exist in TF2's runtime. Remove the option; "
-        "size that pool before TF starts with tf.config.threading.set_inter_op_parallelism_threads(n)."
+        "Keras's step is not a Session.run: it runs on its backend's own threads (on TensorFlow, TF2's "
+        "one inter-op thread pool; a session's extra pools, ConfigProto.session_inter_op_thread_pool, "
+        "do not exist in TF2's runtime). Remove the option; on TensorFlow, size that pool before TF "
+        "starts with tf.config.threading.set_inter_op_parallelism_threads(n)."
     ),
     "output_partition_graphs": (
-        "Keras's step does not run through a session, so no partition graphs come back: "
+        "Keras's step is not a Session.run, so no partition graphs come back: "
         "run_values.run_metadata.partition_graphs stays empty. Remove the option; "
         "keras.callbacks.TensorBoard(write_graph=True) writes the step's graph."
     ),
     "debug_options": (
-        "tfdbg's tensor watches are not run on Keras's step. Remove the option; TF2's debugger dumps "
-        "the step's tensors: call tf.debugging.experimental.enable_dump_debug_info(dump_root, "
+        "tfdbg's tensor watches are not run on Keras's step. Remove the option; on TensorFlow, TF2's "
+        "debugger dumps the step's tensors: call tf.debugging.experimental.enable_dump_debug_info(dump_root, "
         "tensor_debug_mode='FULL_HEALTH') before fit, and read the dump in TensorBoard's Debugger V2."
     ),
     "experimental": (

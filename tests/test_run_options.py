@@ -12,6 +12,7 @@ import sys
 import warnings
 from typing import Any
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -129,6 +130,7 @@ def test_oom_reporting_hook_through_fit_names_the_hook_and_the_step_in_the_out_o
 
 
 @pytest.mark.slow  # TF's allocator waits 10 s before it gives up on an allocation
+@needs_backend("tensorflow", reason="TF1 alone; the same under any backend")
 def test_oom_reporting_hook_under_monitored_session_lists_allocations_on_the_device_hookcallback_names():
     """The same hook under TF1's MonitoredSession, on a graph whose op runs out of memory the same way:
     TF1 lists the allocations of the device. Through fit, that list cannot be made (Keras's step
@@ -149,6 +151,7 @@ def test_oom_reporting_hook_under_monitored_session_lists_allocations_on_the_dev
     assert "/job:localhost/replica:0/task:0/device:CPU:0" in note
 
 
+@needs_backend("tensorflow", reason="elsewhere the request is warned of (test_oom_report_on_another_backend_*)")
 def test_oom_report_asked_on_a_step_that_fits_changes_nothing_and_warns_of_nothing(K):
     model = make_model(K)
     reference = make_model(K)
@@ -165,6 +168,21 @@ def test_oom_report_asked_on_a_step_that_fits_changes_nothing_and_warns_of_nothi
     assert all(options.report_tensor_allocations_upon_oom for options, _ in hook.seen)
 
 
+@needs_backend("jax", "torch", reason="the backends whose out-of-memory errors are not TensorFlow's")
+def test_oom_report_on_another_backend_is_warned_of_once_naming_the_backend(K):
+    model = make_model(K)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(model, HookCallback([OomReportingHook()]))
+    messages = [m for m in ours(caught) if "report_tensor_allocations_upon_oom" in m]
+    assert len(messages) == 1, messages
+    assert messages[0].startswith(
+        "HookCallback: OomReportingHook.before_run() asked for RunOptions(report_tensor_allocations_upon_oom=True), "
+        f"which cannot be honoured here: the model runs on the {keras.backend.backend()} backend"
+    )
+
+
+@needs_backend("tensorflow", reason="tf_keras is TensorFlow-only; tested once, with KERAS_BACKEND=tensorflow")
 def test_oom_report_in_tf_keras_evaluate_is_warned_of_once_naming_the_hook():
     tf_keras = pytest.importorskip("tf_keras")
     model = make_model(tf_keras)
@@ -203,28 +221,28 @@ WARNED = [
     (
         "timeout_in_ms",
         RunOptions(timeout_in_ms=5000),
-        "RunOptions(timeout_in_ms=5000), which cannot be honoured: Keras runs its step as a tf.function "
-        "(or eagerly), which takes no RunOptions, so the step has no timeout. Remove the option; under "
-        "tf.distribute, bound how long collectives wait with "
+        "RunOptions(timeout_in_ms=5000), which cannot be honoured: Keras's step is a compiled function of "
+        "its backend, not a Session.run, and takes no RunOptions, so it has no timeout. Remove the option; "
+        "under tf.distribute, bound how long collectives wait with "
         "tf.distribute.experimental.CommunicationOptions(timeout_seconds=...).",
     ),
     (
         "inter_op_thread_pool",
         RunOptions(inter_op_thread_pool=1),
-        "RunOptions(inter_op_thread_pool=1), which cannot be honoured: Keras's step runs on TF's one inter-op "
-        "thread pool",
+        "RunOptions(inter_op_thread_pool=1), which cannot be honoured: Keras's step is not a Session.run: it "
+        "runs on its backend's own threads",
     ),
     (
         "output_partition_graphs",
         RunOptions(output_partition_graphs=True),
-        "RunOptions(output_partition_graphs=True), which cannot be honoured: Keras's step does not run through "
-        "a session, so no partition graphs come back",
+        "RunOptions(output_partition_graphs=True), which cannot be honoured: Keras's step is not a "
+        "Session.run, so no partition graphs come back",
     ),
     (
         "debug_options",
         RunOptions(debug_options=debug_pb2.DebugOptions(debug_tensor_watch_opts=[WATCH])),
         "RunOptions(debug_options=DebugOptions(...)), which cannot be honoured: tfdbg's tensor watches are "
-        "not run on Keras's step. Remove the option; TF2's debugger dumps the step's tensors: call "
+        "not run on Keras's step. Remove the option; on TensorFlow, TF2's debugger dumps the step's tensors: call "
         "tf.debugging.experimental.enable_dump_debug_info(",
     ),
     (
