@@ -10,6 +10,7 @@ requests, and what is skipped on error. `hooks2callbacks.callback` decides
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import FrameType
@@ -20,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks import _runs
-from hooks2callbacks._batch import BatchSource, LoopLogs
+from hooks2callbacks._batch import BatchSource, LoopLogs, _is_tf_keras
 from hooks2callbacks._checkpoint import install_saver
 from hooks2callbacks._fetch import Plan, check_feeds, compile_fetches, fetched
 from hooks2callbacks._graph import AdapterGraph, DefaultGraphScope, log_key_of
@@ -401,6 +402,19 @@ class HookRunner:
         self._guard = _Guard(self, strategy)
         # The graph scope of the per-step calls; None when no per-step hook needs it.
         self._step_scope: DefaultGraphScope | None = self.graph.scope
+        # The step's RunOptions, merged from the hooks' as TF1's MonitoredSession merged them;
+        # None when no hook asked for any (usually). See `_request_options`.
+        self._options: tf.compat.v1.RunOptions | None = None
+        # The hooks that asked for report_tensor_allocations_upon_oom in this step.
+        self._oom_askers: list[str] = []
+        self._oom_report: _OomReport | None = None
+        self._oom_unreachable: str | None = None  # why the report cannot be made ("": it can); None: not asked yet
+        # (hook method, what it asked for) already warned of in this run: each is said once.
+        self._warned: set[tuple[str, str]] = set()
+        # The model's function that Keras's loop calls for each step of this run.
+        self._step_function = (
+            "train_function" if advances else "predict_function" if original_fetches is not None else "test_function"
+        )
 
     # -- the TF1 events ------------------------------------------------------
 
@@ -451,6 +465,8 @@ class HookRunner:
         """Calls every `before_run` with the step's shared context and compiles its fetches."""
         self._context = context = SessionRunContext(self._original_args, self.session)
         self._feeds = None
+        if self._options is not None:
+            self._options, self._oom_askers = None, []
         derived = False
         # The per-step methods do inline what `_Guard` and `_invoke` do, as
         # two calls fewer per hook and step count here.
@@ -474,6 +490,8 @@ class HookRunner:
             self._start_batch()
         if self._fed:
             self._set_fed()
+        if self._oom_askers:
+            self._wrap_step()
 
     def _start_batch(self) -> None:
         """At the first step, before Keras runs it: the model's step gives the batch values and
@@ -505,6 +523,8 @@ class HookRunner:
             Whether a hook (or the coordinator) asked to stop.
         """
         context = cast(SessionRunContext, self._context)  # set by before_run
+        if self._oom_report is not None:
+            self._unwrap_step()
         batch = self._batch
         self._keras_logs = logs
         if batch is not None:
@@ -532,6 +552,10 @@ class HookRunner:
             if self._kept:
                 self._put_back()  # after the step's graph run, which saw the fed value too
             logs_values = None  # read-only, so one per step serves every hook
+            # As TF1's: the step's merged RunOptions, and one RunMetadata shared by the step's
+            # hooks. Keras's step is not traced (trace_level is refused), so it stays empty.
+            options = _NO_OPTIONS if self._options is None else self._options
+            metadata = tf.compat.v1.RunMetadata() if self._afters else None
             try:
                 # TF1's run fetched these too, and failed on a bad fetch.
                 for bound in self._fetch_only:
@@ -542,11 +566,11 @@ class HookRunner:
                     plan = bound.plan
                     if plan is None:
                         if logs_values is None:
-                            logs_values = SessionRunValues(LogsView(logs, self.graph), _NO_OPTIONS, None)
+                            logs_values = SessionRunValues(LogsView(logs, self.graph), options, metadata)
                         values = logs_values
                     else:
                         self.caller = bound.fetch_name
-                        values = SessionRunValues(plan.resolve(logs, stale, ran), _NO_OPTIONS, None)
+                        values = SessionRunValues(plan.resolve(logs, stale, ran), options, metadata)
                     self.caller = bound.after_name
                     bound.after_run(context, values)  # type: ignore[misc]  # not None here
             except BaseException as error:
@@ -581,6 +605,7 @@ class HookRunner:
         self.closed = True
         self.coord.request_stop()
         try:
+            self._unwrap_step()
             self._put_back()
             self.coord.join(stop_grace_period_secs=10, ignore_live_threads=True)
         finally:
@@ -623,15 +648,106 @@ class HookRunner:
         # step: they skip the checks and hit the cache.
         if type(args) is not SessionRunArgs or args.feed_dict or args.options is not None:
             _check_args(bound.before_name, args)
+            if args.options is not None:
+                self._request_options(bound.before_name, args.options)
             if args.feed_dict:
                 feeds = check_feeds(args.feed_dict, self.graph, bound.before_name)
                 self._merge_feeds(feeds, bound)
                 self._take_variable_feeds(feeds, bound.before_name)
+        if args.fetches is None:  # TF1 kept no fetches for the hook, and gave it results=None
+            return _NO_FETCHES
         cached = bound.cached
         if cached is not None and cached.fetches is args.fetches:
             return cached
         bound.cached = plan = compile_fetches(args.fetches, self.graph, self.model, bound.before_name)
         return plan
+
+    # -- what hooks ask of the run (RunOptions; see docs/errors.md) ----------
+
+    def _request_options(self, where: str, options: tf.compat.v1.RunOptions) -> None:
+        """Takes a hook's RunOptions for the step: each field it sets is honoured, or said once
+        that it cannot be, naming the hook, the field and the way out.
+
+        `trace_level` is refused earlier (`_check_args`). The fields are merged into the
+        step's options as TF1's `MonitoredSession` merged them (`SessionRunValues.options`).
+        """
+        for field, _ in options.ListFields():
+            name = field.name
+            if name == _REPORT_OOM:
+                self._ask_oom_report(where)
+            elif name != "trace_level":
+                self.warn_once(
+                    where,
+                    name,
+                    f"HookCallback: {where} asked for RunOptions({name}={_shown(options, name)}), which "
+                    f"cannot be honoured: {_UNHONOURED.get(name, _UNKNOWN_FIELD)}",
+                )
+        if self._options is None:
+            self._options = tf.compat.v1.RunOptions()
+        _merge_run_options(self._options, options)
+
+    def _ask_oom_report(self, where: str) -> None:
+        """A hook asked for the allocations on OOM: the step's error will carry what TF2 can say."""
+        if self._oom_unreachable is None:
+            self._oom_unreachable = self._why_no_oom_report()
+        if self._oom_unreachable:
+            self.warn_once(where, _REPORT_OOM, _oom_unreachable(where, self._oom_unreachable))
+        else:
+            self._oom_askers.append(where)
+
+    def _why_no_oom_report(self) -> str:
+        """Why this run cannot note the step's out-of-memory error; empty where it can."""
+        model = self.model
+        if self._loop_logs:
+            return _OOM_OWN_LOOP
+        if not _is_tf_keras(model) and keras.backend.backend() != "tensorflow":
+            return _OOM_BACKEND % keras.backend.backend()
+        if self._step_function == "test_function" and _is_tf_keras(model):
+            return _OOM_TF_KERAS_EVAL
+        return ""
+
+    def warn_once(self, where: str, what: str, message: str) -> None:
+        """Warns with `message`, once per run for each hook method and what it asked for."""
+        if (where, what) in self._warned:
+            return
+        self._warned.add((where, what))
+        warnings.warn(message, UserWarning, stacklevel=3)
+
+    def session_options_unused(self, where: str, options: tf.compat.v1.RunOptions) -> None:
+        """For `session.run(..., options=...)` that HookCallback answered without a graph run.
+
+        Says once, for each field set, that there was no run to apply it to.
+        """
+        for field, _ in options.ListFields():
+            self.warn_once(
+                where,
+                f"session.run {field.name}",
+                f"HookCallback: {where} passed RunOptions({field.name}={_shown(options, field.name)}) to "
+                "session.run, but every fetch was answered from Keras's step (log keys, the global step, "
+                "model variables) without a graph run: there was no run for the option to apply to, and "
+                "run_metadata stays empty. Keras's step takes no RunOptions. Options apply to fetches of "
+                "ops the hook built, which run in a real session; to profile Keras's step, use "
+                "keras.callbacks.TensorBoard(profile_batch=...).",
+            )
+
+    def _wrap_step(self) -> None:
+        """Makes Keras's loop call the model's step through `_OomReport` for this step."""
+        function = getattr(self.model, self._step_function, None)
+        if function is None:
+            return
+        self._oom_report = report = _OomReport(function, self, tuple(self._oom_askers), int(self.step))
+        # Past Keras's __setattr__, as `_batch` sets it: nothing for it to track.
+        object.__setattr__(self.model, self._step_function, report)
+
+    def _unwrap_step(self) -> None:
+        """Gives the model back the step function it had before `_wrap_step`."""
+        report = self._oom_report
+        if report is None:
+            return
+        self._oom_report = None
+        function = report.function
+        if getattr(self.model, self._step_function, None) is report:
+            object.__setattr__(self.model, self._step_function, function)
 
     def _merge_feeds(self, feeds: dict[Any, Any], bound: _Bound) -> None:
         """Adds a hook's feeds to the step's, refusing a tensor fed twice (as TF1's merge did)."""
@@ -730,6 +846,10 @@ def _no_resolve(logs: Any, step: Any, ran: Any) -> None:
     return None
 
 
+# `SessionRunArgs(fetches=None)` (a hook that asks only for options or feeds): results=None, as in TF1.
+_NO_FETCHES = Plan(None, _no_resolve, ())
+
+
 def _check_args(where: str, args: Any) -> None:
     """Raises for a `before_run` result that is not usable `SessionRunArgs`."""
     if not isinstance(args, SessionRunArgs):
@@ -744,6 +864,170 @@ def _check_args(where: str, args: Any) -> None:
             "steps cannot be traced through RunOptions; profile with "
             "keras.callbacks.TensorBoard(profile_batch=...) instead."
         )
+
+
+_REPORT_OOM = "report_tensor_allocations_upon_oom"
+
+# Why each RunOptions field other than trace_level (refused) and report_tensor_allocations_upon_oom
+# (honoured as TF2 allows) cannot be honoured on Keras's step, and the way out. docs/errors.md has the table.
+_UNHONOURED = {
+    "timeout_in_ms": (
+        "Keras's step is a compiled function of its backend, not a Session.run, and takes no RunOptions, "
+        "so it has no timeout. Remove the option; under tf.distribute, bound how long collectives wait "
+        "with tf.distribute.experimental.CommunicationOptions(timeout_seconds=...)."
+    ),
+    "inter_op_thread_pool": (
+        "Keras's step is not a Session.run: it runs on its backend's own threads (on TensorFlow, TF2's "
+        "one inter-op thread pool; a session's extra pools, ConfigProto.session_inter_op_thread_pool, "
+        "do not exist in TF2's runtime). Remove the option; on TensorFlow, size that pool before TF "
+        "starts with tf.config.threading.set_inter_op_parallelism_threads(n)."
+    ),
+    "output_partition_graphs": (
+        "Keras's step is not a Session.run, so no partition graphs come back: "
+        "run_values.run_metadata.partition_graphs stays empty. Remove the option; "
+        "keras.callbacks.TensorBoard(write_graph=True) writes the step's graph."
+    ),
+    "debug_options": (
+        "tfdbg's tensor watches are not run on Keras's step. Remove the option; on TensorFlow, TF2's "
+        "debugger dumps the step's tensors: call tf.debugging.experimental.enable_dump_debug_info(dump_root, "
+        "tensor_debug_mode='FULL_HEALTH') before fit, and read the dump in TensorBoard's Debugger V2."
+    ),
+    "experimental": (
+        "TF1's MonitoredSession did not pass a hook's RunOptions.experimental (collective_graph_key, "
+        "use_run_handler_pool, run_handler_pool_options) to the run either: it merged only the other "
+        "fields. Nothing changes from TF1; remove the option to silence this warning."
+    ),
+}
+_UNKNOWN_FIELD = "HookCallback knows no TF2 equivalent of this field for Keras's step. Remove the option."
+
+_OOM_OWN_LOOP = (
+    "in a training loop of your own, HookCallback does not run the step, so it cannot add what TF2 "
+    "knows about the device's memory to its error. Catch tf.errors.ResourceExhaustedError around your "
+    "step and read tf.config.experimental.get_memory_info(device) there."
+)
+_OOM_BACKEND = (
+    "the model runs on the %s backend, whose out-of-memory errors HookCallback does not annotate "
+    "(it reads TensorFlow's). Read the backend's own memory statistics: jax.Device.memory_stats(), "
+    "torch.cuda.memory_summary()."
+)
+_OOM_TF_KERAS_EVAL = (
+    "tf_keras's evaluate() calls its step through a runner that HookCallback does not wrap, so an "
+    "out-of-memory error there carries no report. In fit() the report is made; to find what fills "
+    "the memory, profile the step with tf_keras.callbacks.TensorBoard(profile_batch=...)."
+)
+
+
+def _oom_unreachable(where: str, why: str) -> str:
+    return (
+        f"HookCallback: {where} asked for RunOptions(report_tensor_allocations_upon_oom=True), which "
+        f"cannot be honoured here: {why}"
+    )
+
+
+def _shown(options: tf.compat.v1.RunOptions, name: str) -> str:
+    """A RunOptions field's value as a hook would have written it."""
+    value = getattr(options, name)
+    if name == "trace_level":
+        return str(tf.compat.v1.RunOptions.TraceLevel.Name(value))
+    if isinstance(value, (bool, int)):
+        return repr(value)
+    return f"{type(value).__name__}(...)"  # a message: DebugOptions, Experimental
+
+
+def _merge_run_options(options: tf.compat.v1.RunOptions, incoming: tf.compat.v1.RunOptions) -> None:
+    """Merges `incoming` into `options` as TF1's `_HookedSession._merge_run_options` does.
+
+    Numbers take the larger, flags the OR, tensor watches are extended; `experimental` is
+    not merged (TF1 did not merge it either).
+    """
+    options.trace_level = max(options.trace_level, incoming.trace_level)
+    options.timeout_in_ms = max(options.timeout_in_ms, incoming.timeout_in_ms)
+    options.inter_op_thread_pool = max(options.inter_op_thread_pool, incoming.inter_op_thread_pool)
+    options.output_partition_graphs = options.output_partition_graphs or incoming.output_partition_graphs
+    options.debug_options.debug_tensor_watch_opts.extend(incoming.debug_options.debug_tensor_watch_opts)
+    options.debug_options.reset_disk_byte_usage = (
+        options.debug_options.reset_disk_byte_usage or incoming.debug_options.reset_disk_byte_usage
+    )
+    options.report_tensor_allocations_upon_oom = (
+        options.report_tensor_allocations_upon_oom or incoming.report_tensor_allocations_upon_oom
+    )
+
+
+class _OomReport:
+    """The model's step function, for one step in which a hook asked for
+    `report_tensor_allocations_upon_oom`.
+
+    TF1 passed the option to the step's `Session.run`, and TF's out-of-memory error then
+    listed the tensors allocated on the device. Keras's step is a `tf.function`, which takes
+    no RunOptions, so that list cannot be made. When the step runs out of memory, the error
+    (still a `tf.errors.ResourceExhaustedError`, the same object on Python 3.11+) gets a
+    note naming the hooks that asked and the step, with what TF2 can say about the device's
+    memory (`tf.config.experimental.get_memory_info`).
+    """
+
+    __slots__ = ("askers", "function", "runner", "step")
+
+    def __init__(self, function: Callable[..., Any], runner: HookRunner, askers: tuple[str, ...], step: int) -> None:
+        self.function = function
+        self.runner = runner
+        self.askers = askers
+        self.step = step
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self.function(*args, **kwargs)
+        except tf.errors.ResourceExhaustedError as error:
+            # Keras calls no callback after a failed step: the model gets its function back now.
+            self.runner._unwrap_step()  # pylint: disable=protected-access
+            report = _oom_note(error, self.askers, self.step)
+            if hasattr(error, "add_note"):  # Python 3.11+: the same error, with a note
+                error.add_note(report)
+                raise
+            # Python 3.10 shows no notes: the same type, with the report in its message.
+            raise type(error)(error.node_def, error.op, f"{error.message}\n\n{report}") from error
+
+
+# TF's out-of-memory message names the device: "... on /job:localhost/replica:0/task:0/device:GPU:0 by allocator ..."
+_OOM_DEVICE = re.compile(r" on (/\S*device:([A-Za-z_]+):(\d+))")
+
+
+def _oom_note(error: tf.errors.ResourceExhaustedError, askers: Sequence[str], step: int) -> str:
+    """What TF2 can say, for the hooks that asked for allocations on OOM, about the device's memory."""
+    match = _OOM_DEVICE.search(error.message or "")
+    if match is not None:
+        devices = [(match.group(1), f"{match.group(2)}:{match.group(3)}")]
+    else:  # no device named: every GPU's
+        devices = [(d.name, d.name.split("device:")[-1]) for d in tf.config.list_logical_devices("GPU")]
+    lines = [_device_memory(full, short) for full, short in devices] or ["no device is named in the error"]
+    asked = " and ".join(askers)
+    return (
+        f"HookCallback: {asked} asked for RunOptions(report_tensor_allocations_upon_oom=True) for "
+        f"this step (global step {step}). Keras runs its step without RunOptions, so TF cannot list the "
+        "tensors that were allocated (its hint to add that option does not apply to Keras's step). "
+        "What TF2 can say about the device's memory: " + "; ".join(lines) + ". To see what fills it, "
+        "profile a step with keras.callbacks.TensorBoard(profile_batch=...) (the profiler's memory "
+        "profile), or lower the batch size."
+    )
+
+
+def _device_memory(full: str, short: str) -> str:
+    try:
+        info = tf.config.experimental.get_memory_info(short)
+    except (ValueError, tf.errors.OpError) as why:
+        return f"{full}: no memory statistics ({str(why).strip()})"
+    if short.upper().startswith("CPU") and not any(info.values()):
+        return (
+            f"{full}: TF keeps no allocation statistics for a CPU device "
+            "(tf.config.experimental.get_memory_info reports 0 bytes), so there is nothing more to say"
+        )
+    return (
+        f"{full}: {_mib(info['current'])} in use after the failed step, peak {_mib(info['peak'])} since TF "
+        "started or the last tf.config.experimental.reset_memory_stats (tf.config.experimental.get_memory_info)"
+    )
+
+
+def _mib(count: int) -> str:
+    return f"{count / 2**20:.1f} MiB"
 
 
 # Stock hooks whose per-step work is scheduled by the global step (or by time),

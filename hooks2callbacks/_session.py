@@ -77,8 +77,10 @@ class AdapterSession:
             fetches: A fetch structure (see `hooks2callbacks._fetch`).
             feed_dict: Feeds for graph elements, as in TF1 (for example the
                 initializer feed of `tf.Variable.load`).
-            options: Passed to the real run, if one is needed.
-            run_metadata: Passed to the real run, if one is needed.
+            options: Passed to the real run, if one is needed; where every fetch is
+                answered from Keras's values, there is no run for them, and the
+                dispatch path says so once (`HookRunner.session_options_unused`).
+            run_metadata: Passed to the real run, if one is needed (else left as it is).
 
         Returns:
             The values, in the structure of `fetches`.
@@ -91,6 +93,8 @@ class AdapterSession:
         feeds = check_feeds(feed_dict, runner.graph, where) if feed_dict else None
         plan = compile_fetches(fetches, runner.graph, runner.model, where)
         ran = self.run_graph(plan, runner.logs, runner.step, where, feeds, options, run_metadata)
+        if options is not None and not plan.derived:
+            runner.session_options_unused(where, options)
         return plan.resolve(runner.logs, runner.step, ran)
 
     def run_graph(

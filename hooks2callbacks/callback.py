@@ -35,7 +35,8 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
     if any hook fetched an op of the graph: one real Session.run, with the
         values and the model variables' Keras values fed or loaded; what it
         wrote to model variables is assigned to the Keras variables
-    call hooks.after_run(run_context, SessionRunValues(results, ...))
+    call hooks.after_run(run_context, SessionRunValues(results, the step's merged RunOptions,
+                                                       RunMetadata()))   # see docs/errors.md
     if run_context.stop_requested: model.stop_training = True
     (multi-worker: the stop is agreed across workers first, see below)
   on_train_end:

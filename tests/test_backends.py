@@ -23,6 +23,7 @@ CONTRACT_SUITES = (
     "test_differential.py",
     "test_invariance.py",
     "test_model.py",
+    "test_run_options.py",
     "test_seams.py",
     "test_stock_hooks.py",
     "test_tensors.py",

@@ -391,8 +391,9 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         r"log key is fetched as 'key' or 'key:0'",
     ),
     (
+        # SessionRunArgs(fetches=None) fetches nothing (results None, as in TF1): None inside a structure.
         "fetch-none",
-        lambda: fit(Fetches(None)),
+        lambda: fit(Fetches(["loss", None])),
         TypeError,
         rf"Fetches\.before_run\(\) fetched None of type NoneType\. {ACCEPTED}",
     ),
