@@ -548,6 +548,71 @@ def test_the_official_models_logging_metric_hook_logs_the_rate_and_the_loss_as_u
     assert [type(s) for _, _, s in ours.metrics] == [type(s) for _, _, s in tf1.metrics] == [np.int64] * 8
 
 
+# A model_fn's schedules on the global step, and the Keras schedules that compute the same rates.
+SCHEDULES = {
+    "piecewise_constant": (
+        lambda step: V1.train.piecewise_constant(step, [2, 4], [0.1, 0.05, 0.01]),
+        lambda K: K.optimizers.schedules.PiecewiseConstantDecay([2, 4], [0.1, 0.05, 0.01]),
+    ),
+    "exponential_decay": (
+        lambda step: V1.train.exponential_decay(0.1, step, decay_steps=2, decay_rate=0.5),
+        lambda K: K.optimizers.schedules.ExponentialDecay(0.1, decay_steps=2, decay_rate=0.5),
+    ),
+}
+
+
+class Rates(V1.train.SessionRunHook):
+    """Fetches the rate (by `name`), a tensor built on it in `begin()`, and the rate again in its own
+    `session.run` after the step."""
+
+    def __init__(self, name):
+        self.name = name
+        self.seen, self.doubled, self.after = [], [], []
+
+    def begin(self):
+        self.double = V1.get_default_graph().get_tensor_by_name(f"{self.name}:0") * 2.0
+
+    def before_run(self, run_context):
+        return V1.train.SessionRunArgs([f"{self.name}:0", self.double])
+
+    def after_run(self, run_context, run_values):
+        rate, double = run_values.results
+        self.seen.append(rate)
+        self.doubled.append(double)
+        self.after.append(run_context.session.run(f"{self.name}:0"))
+
+
+@pytest.mark.parametrize("via", ["name", "names map"])
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+def test_a_hook_fetching_a_scheduled_rate_sees_the_rate_that_trained_the_step_as_under_tf1(K, tf_info, schedule, via):
+    """A model_fn's rate computed from the global step held, in the run of step k, the rate that trained
+    step k (the update, which reads it, runs before the increment); a hook's own `session.run` after
+    the step ran it at step k+1. Keras's `optimizer.learning_rate` after the step is step k+1's already:
+    hooks got it one step ahead, in the rate's log lines and in every op built on it."""
+    tf1_schedule, keras_schedule = SCHEDULES[schedule]
+    model = make_model(K, layer_names=TF1_NAMES, learning_rate=keras_schedule(K))
+    name, names = ("learning_rate", None) if via == "name" else ("lr", {"lr": "learning_rate"})
+    sides = {}
+    for side, rate_name in (("tf1", "learning_rate"), ("keras", name)):
+        rates = Rates(rate_name)
+        hooks = [V1.train.LoggingTensorHook({"learning_rate": rate_name}, every_n_iter=1), rates]
+        tf_info.clear()
+        if side == "tf1":
+            final = run_tf1_mlp(hooks, weights_of(model), 6, learning_rate=tf1_schedule)
+        else:
+            fit_mlp(K, hooks, 6, model=model, names=names)
+        sides[side] = rates, _tf_lines(tf_info, "learning_rate = ")
+    (tf1, tf1_lines), (ours, our_lines) = sides["tf1"], sides["keras"]
+    assert_same_weights(final, model)  # both trained with the same rates
+    assert len(tf1.seen) == 6 and len(set(tf1.seen)) > 1  # the rate changes: a step ahead would show
+    assert ours.seen == pytest.approx(tf1.seen, rel=1e-6)
+    assert [type(r) for r in ours.seen] == [type(r) for r in tf1.seen] == [np.float32] * 6
+    assert ours.doubled == pytest.approx(tf1.doubled, rel=1e-6)
+    assert ours.after == pytest.approx(tf1.after, rel=1e-6)  # a run of its own: the next step's rate
+    assert tf1.after[:-1] == pytest.approx(tf1.seen[1:], rel=1e-6)
+    assert our_lines == tf1_lines and len(tf1_lines) == 6
+
+
 def test_log_tensor_of_a_names_map_name_is_the_tensor_it_maps_to_as_the_model_fns_was(K):
     """official/r1/mnist named its tensors (`cross_entropy`, `train_accuracy`): with
     `names={"cross_entropy": "loss"}`, `log_tensor("cross_entropy")` made a placeholder for a log key
