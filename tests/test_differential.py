@@ -692,3 +692,85 @@ def test_eval_hooks_see_the_batch_loss_and_streaming_metrics_then_the_results_at
     assert keras_side.steps[1]["loss"] != pytest.approx((tf1.steps[0]["loss"] + tf1.steps[1]["loss"]) / 2, rel=1e-3)
     assert keras_side.at_end == pytest.approx(tf1.at_end, rel=TOLERANCE)
     assert keras_side.at_end == pytest.approx(results, rel=1e-6)
+
+
+def eval_loss_metric(K, kind):
+    """A Keras metric named `eval_loss` of the per-example loss, as BERT's run_classifier named its
+    `tf.metrics.mean(per_example_loss)`: a Keras metric object, or a metric function so named."""
+
+    def eval_loss(y_true, y_pred):
+        return K.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
+
+    return K.metrics.MeanMetricWrapper(eval_loss, name="eval_loss") if kind == "metric" else eval_loss
+
+
+@pytest.mark.parametrize("kind", ["metric", "function"])
+def test_an_eval_metric_named_eval_loss_gives_eval_hooks_the_aggregate_as_tf_metrics_mean(K, kind):
+    """A key ending in `_loss` is a loss only if the compiled model's loss tracks it: BERT's `eval_loss`,
+    `tf.metrics.mean(per_example_loss)`, held the aggregate since the evaluation began, and its
+    hooks got that, not the batch's loss."""
+    weights = initial_weights(K)
+    x, y = make_data(128, seed=5)
+    tf1 = EvalRecorder({"loss": "loss:0", "eval_loss": "eval_loss/update_op:0"}, {"eval_loss": "eval_loss/value:0"})
+    with tf.Graph().as_default() as graph:
+        tf1_mlp(weights)
+        logits, labels = graph.get_tensor_by_name("logits:0"), graph.get_tensor_by_name("y:0")
+        per_example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        update = V1.metrics.mean(per_example_loss, name="eval_loss")[1]
+        with V1.train.MonitoredSession(hooks=[tf1]) as session:
+            for start in range(0, len(x), BATCH):
+                session.run(update, {"x:0": x[start : start + BATCH], "y:0": y[start : start + BATCH]})
+    model = make_model(K, layer_names=TF1_NAMES, metrics=(eval_loss_metric(K, kind),))
+    model.set_weights(weights)
+    names = {"loss": "loss:0", "eval_loss": "eval_loss:0"}
+    keras_side = EvalRecorder(names, {"eval_loss": "eval_loss:0"})
+    results = model.evaluate(
+        x, y, batch_size=BATCH, verbose=0, return_dict=True, callbacks=[HookCallback(keras_side, mode="eval")]
+    )
+    assert len(keras_side.steps) == len(tf1.steps) == len(x) // BATCH
+    for step, (seen, truth) in enumerate(zip(keras_side.steps, tf1.steps, strict=True)):
+        assert seen == pytest.approx(truth, rel=TOLERANCE), f"step {step}"
+    # From the second batch on, the aggregate is not the batch's loss.
+    assert keras_side.steps[1]["eval_loss"] != pytest.approx(keras_side.steps[1]["loss"], rel=1e-3)
+    assert keras_side.at_end == pytest.approx(tf1.at_end, rel=TOLERANCE)
+    assert keras_side.at_end["eval_loss"] == pytest.approx(results["eval_loss"], rel=1e-6)
+
+
+def test_a_multi_output_models_output_losses_are_the_batchs_in_eval_and_its_metrics_the_aggregates(K):
+    """`<output>_loss` keys are the compiled loss's, each batch's own; an output's metric (its key ends
+    in `_loss` too, by its function's name) the aggregate: compared with `evaluate()` of that batch
+    alone, and of the batches so far."""
+
+    def shifted_loss(y_true, y_pred):  # a metric, whose key ends in _loss
+        return K.losses.sparse_categorical_crossentropy(y_true, y_pred + 1.0, from_logits=True)
+
+    K.utils.set_random_seed(0)
+    inputs = K.Input((8,))
+    hidden = K.layers.Dense(16, activation="relu")(inputs)
+    model = K.Model(inputs, [K.layers.Dense(3, name="a")(hidden), K.layers.Dense(3, name="b")(hidden)])
+    loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile("sgd", loss=[loss, loss], metrics=[[shifted_loss], []])
+    x, y = make_data(96, seed=4)
+    z = (y + 1) % 3
+
+    def evaluate(start, stop, callbacks=()):
+        return model.evaluate(
+            x[start:stop],
+            (y[start:stop], z[start:stop]),
+            batch_size=BATCH,
+            verbose=0,
+            return_dict=True,
+            callbacks=list(callbacks),
+        )
+
+    metric = next(k for k in evaluate(0, BATCH) if k.startswith("a_") and "shifted" in k)
+    losses = ("loss", "a_loss", "b_loss")
+    recorder = EvalRecorder({k: k for k in (*losses, metric)}, {})
+    evaluate(0, len(x), [HookCallback(recorder, mode="eval")])
+    assert len(recorder.steps) == len(x) // BATCH
+    for step, seen in enumerate(recorder.steps):
+        alone, so_far = evaluate(step * BATCH, (step + 1) * BATCH), evaluate(0, (step + 1) * BATCH)
+        assert {k: seen[k] for k in losses} == pytest.approx({k: alone[k] for k in losses}, rel=1e-5), step
+        assert seen[metric] == pytest.approx(so_far[metric], rel=1e-5), step
+        if step:  # the aggregate is not the batch's value
+            assert seen[metric] != pytest.approx(alone[metric], rel=1e-3), step
