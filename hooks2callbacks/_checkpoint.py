@@ -519,11 +519,14 @@ def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, 
     unused = sorted(n for n in shapes if n not in used and not n.startswith("_") and ".ATTRIBUTES" not in n)
     differs += _adam_notes(model, reader, shapes, step)
     differs += _state_left_behind(model, reader, unused, {source for _, source in plan})
-    proposed = _propose_map(not_restored, shape_of, unused, shapes, mapping)
-    if not_restored:
+    # tf_keras's SGD keeps momentum slots at momentum 0 too, where TF1's GradientDescentOptimizer
+    # kept none: unused, they leave nothing of TF1's state behind.
+    left_behind = [n for n in not_restored if not _unused_momentum(model, n)]
+    proposed = _propose_map(left_behind, shape_of, unused, shapes, mapping)
+    if left_behind:
         note = (
             "the optimizer's variables not in the checkpoint keep their values, so the run does not "
-            f"continue the TF1 optimizer's state (a different optimizer, or other slot names): {not_restored}"
+            f"continue the TF1 optimizer's state (a different optimizer, or other slot names): {left_behind}"
         )
         if proposed:
             first = dict(list(proposed.items())[:2])
@@ -542,6 +545,18 @@ def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, 
     notes = differs + notes + _epsilon_notes(model, shapes)
     restored = {variable.name: source for variable, source in plan}
     return TF1Restore(prefix, restored, not_restored, unused, step, notes, proposed)
+
+
+def _unused_momentum(model: Any, name: str) -> bool:
+    """Whether `name` is a momentum slot of an SGD at momentum 0, which no step reads."""
+    optimizer = optimizer_of(model)
+    momentum = getattr(optimizer, "momentum", None)
+    return (
+        type(optimizer).__name__ == "SGD"
+        and name.endswith("/Momentum")
+        and isinstance(momentum, (int, float))
+        and momentum == 0
+    )
 
 
 def _propose_map(
