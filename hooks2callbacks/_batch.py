@@ -66,6 +66,7 @@ import tensorflow as tf
 
 from hooks2callbacks import _tensors
 from hooks2callbacks._seams import (
+    compiled_loss_keys,
     jax_nested_tracer,
     keras3_compile_metrics_leaves,
     keras3_metric_containers,
@@ -938,9 +939,28 @@ class BatchSource:
                 wrapped.detach(self._model)
 
 
-def is_loss_key(key: str) -> bool:
-    """Whether a log key is a loss's (`"loss"`, `"<output>_loss"`): a TF1 loss tensor held the batch's value."""
-    return key == "loss" or key.endswith("_loss")
+def loss_keys(model: Any) -> Callable[[str], bool]:
+    """Whether a log key is one of `model`'s compiled losses: a TF1 loss tensor held the batch's value.
+
+    The keys are those the compiled model tracks its loss under: `"loss"`, and for
+    a multi-output model each output's `"<output>_loss"` (`_seams.compiled_loss_keys`;
+    where that is unknown, made from `model.output_names`). A metric's key is never
+    a loss's, whatever its name: a metric named `"eval_loss"` (BERT's `run_classifier`
+    names its `tf.metrics.mean(per_example_loss)` so) held, in TF1's evaluation, the
+    aggregate since the evaluation began. The predicate is asked once the step has
+    run, when the containers that make those metrics lazily are built.
+    """
+
+    def is_loss(key: str) -> bool:
+        if key == "loss":
+            return True
+        keys = compiled_loss_keys(model)
+        if keys is None:
+            outputs = getattr(model, "output_names", None) or ()
+            keys = frozenset(f"{name}_loss" for name in outputs) if len(outputs) > 1 else frozenset()
+        return key in keys
+
+    return is_loss
 
 
 def _layout(shapes: list[tuple[str, tuple[int, ...]]], start: int = 0) -> tuple[Slot, ...]:

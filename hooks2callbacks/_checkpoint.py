@@ -59,13 +59,22 @@ class KerasSaver:
 
     Args:
         model: The Keras model whose weights (and optimizer state) are saved.
+        max_to_keep: The newest checkpoints kept; None keeps all.
+        assignment_map: The map a TF1 checkpoint was restored with
+            (`restore_tf1_checkpoint`'s): each variable it names is written under
+            its checkpoint name (`dense/kernel/adam_m` rather than Keras's
+            `dense/kernel/Adam`), so the same map, and the TF1 job's own code,
+            read the checkpoint back.
     """
 
     saver_def = None  # There is no graph saver to describe in a MetaGraphDef.
 
-    def __init__(self, model: Any, max_to_keep: int | None = MAX_TO_KEEP) -> None:
+    def __init__(
+        self, model: Any, max_to_keep: int | None = MAX_TO_KEEP, assignment_map: Mapping[str, str] | None = None
+    ) -> None:
         self._model = model
         self._max_to_keep = max_to_keep
+        self._assignment_map = dict(assignment_map or {})
         self._managers: dict[str, tf.train.CheckpointManager] = {}
         self._kept: dict[str, list[str]] = {}  # name-based saves (JAX, PyTorch): the prefixes kept
 
@@ -130,7 +139,11 @@ class KerasSaver:
         model = self._model
         step = global_step_of(model) if step is None else step
         values: dict[str, Any] = {GLOBAL_STEP: np.int64(step)}
-        values.update((variable.name, variable.read()) for variable in saved_variables(model)[0])
+        saved = saved_variables(model)[0]
+        names = [variable.name for variable in saved]
+        if self._assignment_map:
+            names = _written_names(names, self._assignment_map)
+        values.update((name, variable.read()) for name, variable in zip(names, saved, strict=True))
         optimizer = optimizer_of(model)
         if _is_adam(model):
             # TF1's Adam kept beta ** (steps + 1) in variables; Keras computes it from the step.
@@ -267,9 +280,24 @@ def _root_left_alone() -> Iterator[None]:
             root.removeHandler(stand_in)
 
 
-def install_saver(graph: tf.Graph, model: Any, max_to_keep: int | None = MAX_TO_KEEP) -> None:
-    """Puts a `KerasSaver` for `model` in `graph`'s `SAVERS` collection, keeping the newest `max_to_keep`."""
-    graph.add_to_collection(tf.compat.v1.GraphKeys.SAVERS, KerasSaver(model, max_to_keep))
+def _written_names(names: list[str], mapping: Mapping[str, str]) -> list[str]:
+    """The names a checkpoint holds `names` (the model's TF1 names) under: through `mapping`, their
+    checkpoint names (`_source_name`), unless another variable already holds that name there."""
+    written = [_source_name(name, mapping) for name in names]
+    taken: set[str] = set()
+    for index, (name, mapped) in enumerate(zip(names, written, strict=True)):
+        if mapped != name and (mapped in taken or mapped in names):
+            written[index] = name  # two variables under one name: the later keeps its own
+        taken.add(written[index])
+    return written
+
+
+def install_saver(
+    graph: tf.Graph, model: Any, max_to_keep: int | None = MAX_TO_KEEP, assignment_map: Mapping[str, str] | None = None
+) -> None:
+    """Puts a `KerasSaver` for `model` in `graph`'s `SAVERS` collection, keeping the newest `max_to_keep`
+    and writing the variables `assignment_map` names under their checkpoint names."""
+    graph.add_to_collection(tf.compat.v1.GraphKeys.SAVERS, KerasSaver(model, max_to_keep, assignment_map))
 
 
 def restore_checkpoint(model: Any, path: str, optimizer: Any = None) -> str:
@@ -360,6 +388,11 @@ class TF1Restore:
         notes: What makes the continued run differ from TF1's, if anything
             (each warned of, except a learning rate not in the checkpoint and
             an Adam epsilon other than TF1's 1e-8).
+        proposed_map: For optimizer variables not restored, checkpoint names
+            of the same variable and shape that nothing was restored from,
+            paired in name order (`{"dense/kernel/adam_m":
+            "dense/kernel/Adam", ...}`): an `assignment_map` to check and
+            pass, when they are the same slots under a custom optimizer's names.
     """
 
     path: str
@@ -368,6 +401,7 @@ class TF1Restore:
     unused: list[str]
     global_step: int | None
     notes: list[str]
+    proposed_map: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __str__(self) -> str:
         lines = [f"Restored {len(self.restored)} variables from {self.path}"]
@@ -379,6 +413,8 @@ class TF1Restore:
         if self.unused:
             lines.append(f"In the checkpoint, restored into nothing: {', '.join(self.unused)}")
         lines += [f"Note: {note}" for note in self.notes]
+        if self.proposed_map:
+            lines.append(f"Proposed assignment_map (check it): {self.proposed_map!r}")
         return "\n".join(lines)
 
 
@@ -435,7 +471,7 @@ def restore_tf1_checkpoint(
 def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, str] | None) -> TF1Restore:
     where = f"restore_tf1_checkpoint(model, {path!r})"
     prefix = _checkpoint_prefix(path, where, "an Estimator's model_dir (or a TF1 Saver's directory)")
-    mapping = _assignment_map(assignment_map, where)
+    mapping = check_assignment_map(assignment_map, where)
     _build(model, where)
     reader = tf.train.load_checkpoint(prefix)
     shapes = reader.get_variable_to_shape_map()
@@ -444,6 +480,7 @@ def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, 
     plan: list[tuple[Saved, str]] = []
     missing: list[str] = []
     not_restored: list[str] = []
+    shape_of: dict[str, tuple[int, ...]] = {}  # of what was not restored
     for variable in saved:
         source = _source_name(variable.name, mapping)
         if source in shapes and tuple(shapes[source]) == variable.entry.shape:
@@ -463,6 +500,7 @@ def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, 
             )
         else:
             not_restored.append(variable.name)
+            shape_of[variable.name] = variable.entry.shape
     if missing:
         shown = sorted(n for n in shapes if not n.startswith("_"))
         raise ValueError(
@@ -481,16 +519,73 @@ def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, 
     unused = sorted(n for n in shapes if n not in used and not n.startswith("_") and ".ATTRIBUTES" not in n)
     differs += _adam_notes(model, reader, shapes, step)
     differs += _state_left_behind(model, reader, unused, {source for _, source in plan})
-    if not_restored:
-        differs.append(
+    # tf_keras's SGD keeps momentum slots at momentum 0 too, where TF1's GradientDescentOptimizer
+    # kept none: unused, they leave nothing of TF1's state behind.
+    left_behind = [n for n in not_restored if not _unused_momentum(model, n)]
+    proposed = _propose_map(left_behind, shape_of, unused, shapes, mapping)
+    if left_behind:
+        note = (
             "the optimizer's variables not in the checkpoint keep their values, so the run does not "
-            f"continue the TF1 optimizer's state (a different optimizer, or other slot names): {not_restored}"
+            f"continue the TF1 optimizer's state (a different optimizer, or other slot names): {left_behind}"
         )
+        if proposed:
+            first = dict(list(proposed.items())[:2])
+            note += (
+                f". The checkpoint holds {len(proposed)} variables of the same variables and shapes that "
+                "nothing was restored from, perhaps those slots under a custom optimizer's names: if so, "
+                "pass assignment_map= (restore_tf1_checkpoint, or estimator_hooks) with them, such as "
+                f"{str(first)[:-1]}{', ...' if len(proposed) > 2 else ''}}} (the report's proposed_map holds "
+                "all of them)"
+            )
+        else:
+            note += ". Where the checkpoint names them otherwise, pass assignment_map= from its names to these"
+        differs.append(note)
     for note in differs:
         warnings.warn(f"{where}: {note}", UserWarning, stacklevel=3)
     notes = differs + notes + _epsilon_notes(model, shapes)
     restored = {variable.name: source for variable, source in plan}
-    return TF1Restore(prefix, restored, not_restored, unused, step, notes)
+    return TF1Restore(prefix, restored, not_restored, unused, step, notes, proposed)
+
+
+def _unused_momentum(model: Any, name: str) -> bool:
+    """Whether `name` is a momentum slot of an SGD at momentum 0, which no step reads."""
+    optimizer = optimizer_of(model)
+    momentum = getattr(optimizer, "momentum", None)
+    return (
+        type(optimizer).__name__ == "SGD"
+        and name.endswith("/Momentum")
+        and isinstance(momentum, (int, float))
+        and momentum == 0
+    )
+
+
+def _propose_map(
+    not_restored: list[str],
+    shape_of: Mapping[str, tuple[int, ...]],
+    unused: list[str],
+    shapes: Mapping[str, Any],
+    mapping: Mapping[str, str],
+) -> dict[str, str]:
+    """Checkpoint names that may hold the optimizer variables not restored: an `assignment_map` to propose.
+
+    A variable's slot not restored (`dense/kernel/Adam`) pairs with an unused checkpoint
+    name beside the same variable's (`dense/kernel/adam_m`) of its shape; each variable's
+    are paired in name order, and only where both sides count the same.
+    """
+    mine: dict[tuple[str, tuple[int, ...]], list[str]] = {}
+    for name in not_restored:
+        if "/" in name:
+            mine.setdefault((_source_name(name.rsplit("/", 1)[0], mapping), shape_of[name]), []).append(name)
+    theirs: dict[tuple[str, tuple[int, ...]], list[str]] = {}
+    for name in unused:
+        if "/" in name:
+            theirs.setdefault((name.rsplit("/", 1)[0], tuple(shapes[name])), []).append(name)
+    proposed: dict[str, str] = {}
+    for key, names in mine.items():
+        candidates = theirs.get(key, [])
+        if len(candidates) == len(names):
+            proposed.update(zip(sorted(candidates), sorted(names), strict=True))
+    return proposed
 
 
 def _checkpoint_prefix(path: str, where: str, directory: str) -> str:
@@ -517,7 +612,12 @@ def _build(model: Any, where: str) -> None:
             optimizer.build(model.trainable_variables)
 
 
-def _assignment_map(assignment_map: Any, where: str) -> dict[str, str]:
+def check_assignment_map(assignment_map: Any, where: str) -> dict[str, str]:
+    """`assignment_map` as a dict (empty for None).
+
+    Raises:
+        ValueError: It is not a mapping of str to str (`where` names the caller).
+    """
     if assignment_map is None:
         return {}
     if not isinstance(assignment_map, Mapping) or not all(

@@ -41,7 +41,7 @@ import numpy as np
 import tensorflow as tf
 from google.protobuf import text_format
 
-from hooks2callbacks._checkpoint import install_saver, restore_checkpoint, restore_tf1_checkpoint
+from hooks2callbacks._checkpoint import check_assignment_map, install_saver, restore_checkpoint, restore_tf1_checkpoint
 from hooks2callbacks._graph import OP_NAME, AdapterGraph, log_tensor
 from hooks2callbacks._model import global_step_of, outside_strategy
 from hooks2callbacks._seams import context
@@ -217,17 +217,27 @@ class _ModelDir(tf.compat.v1.train.SessionRunHook):
     In `begin()`, before the other hooks' `after_create_session`: the newest
     checkpoint of `model_dir` is restored into the Keras model (weights,
     optimizer state, global step), whether a Keras run (`restore_checkpoint`)
-    or an Estimator (`restore_tf1_checkpoint`) wrote it; the saver that
-    `CheckpointSaverHook` finds keeps `keep_checkpoint_max` checkpoints; the
-    summary op of the summary hook and the step the logging hook prints are made.
+    or an Estimator (`restore_tf1_checkpoint`, through `assignment_map`) wrote
+    it; the saver that `CheckpointSaverHook` finds keeps `keep_checkpoint_max`
+    checkpoints, and writes what `assignment_map` names under its checkpoint
+    names; the summary op of the summary hook and the step the logging hook
+    prints are made.
     """
 
-    def __init__(self, model_dir: str, keep_checkpoint_max: int | None, scaffold: _Scaffold | None) -> None:
+    def __init__(
+        self,
+        model_dir: str,
+        keep_checkpoint_max: int | None,
+        scaffold: _Scaffold | None,
+        assignment_map: dict[str, str] | None = None,
+    ) -> None:
         self._model_dir = model_dir
         self.restores_model_dir = model_dir  # no re-run note for this directory (`_rerun`): it is restored
         self._keep_checkpoint_max = keep_checkpoint_max
         self._scaffold = scaffold
+        self._assignment_map = assignment_map
         self.restored: str | None = None  # the checkpoint restored by the latest run
+        self.report: Any = None  # what restore_tf1_checkpoint restored, for a TF1 checkpoint
 
     def begin(self) -> None:
         graph = _adapter_graph(type(self).__name__, train=True)
@@ -235,7 +245,7 @@ class _ModelDir(tf.compat.v1.train.SessionRunHook):
         # Estimator's Saver(max_to_keep=keep_checkpoint_max) in SAVERS: every
         # CheckpointSaverHook of the run saves through it, as through Estimator's.
         graph.clear_collection(_KEYS.SAVERS)
-        install_saver(graph, model, self._keep_checkpoint_max)
+        install_saver(graph, model, self._keep_checkpoint_max, self._assignment_map)
         if self._scaffold is not None:
             # Estimator.train: a `loss` summary unless model_fn made one; the scaffold
             # then merged every summary of the graph.
@@ -261,8 +271,9 @@ class _ModelDir(tf.compat.v1.train.SessionRunHook):
         with context.eager_mode(), outside_strategy(graph):
             if "_CHECKPOINTABLE_OBJECT_GRAPH" in names:
                 restore_checkpoint(model, prefix)  # a Keras run's, through CheckpointSaverHook
-            else:
-                restore_tf1_checkpoint(model, prefix)  # an Estimator's (name-based)
+                self.report = None
+            else:  # an Estimator's (name-based)
+                self.report = restore_tf1_checkpoint(model, prefix, self._assignment_map)
             # The run's global step is the restored one, as after TF1's restore.
             graph.owner.step = np.int64(global_step_of(model))
         return str(prefix)
@@ -359,6 +370,7 @@ def estimator_hooks(
     keep_checkpoint_max: int | None = 5,
     log_step_count_steps: int | None = 100,
     name: str | None = None,
+    assignment_map: dict[str, str] | None = None,
 ) -> list[Any]:
     """The hooks `Estimator.train` added to every run (or `Estimator.evaluate`'s results writer).
 
@@ -375,8 +387,9 @@ def estimator_hooks(
 
     * a hook that, when the run begins, restores the newest checkpoint of
       `model_dir` (weights, optimizer state, global step; one a Keras run or an
-      Estimator wrote) with TF1's "Restoring parameters from ..." line, and
-      makes `CheckpointSaverHook`s keep `keep_checkpoint_max` checkpoints;
+      Estimator wrote; an Estimator's through `assignment_map`) with TF1's
+      "Restoring parameters from ..." line, and makes `CheckpointSaverHook`s
+      keep `keep_checkpoint_max` checkpoints;
     * `CheckpointSaverHook(model_dir)`: `model.ckpt-<step>` when the run begins,
       then every `save_checkpoints_steps` steps or `save_checkpoints_secs`
       seconds, and at the end; none if both are None;
@@ -408,6 +421,15 @@ def estimator_hooks(
             `global_step/sec` counts; None for neither. Defaults to 100.
         name: In eval mode, the evaluation's name: results go to
             `model_dir/eval_<name>`. Defaults to None (`model_dir/eval`).
+        assignment_map: In train mode, for an Estimator's checkpoint whose
+            names differ from the model's TF1 names, as
+            `tf.compat.v1.train.init_from_checkpoint`'s: checkpoint names (or
+            scopes ending in `/`) to the model's TF1 names (or scopes), such as
+            a custom optimizer's slots, `{"dense/kernel/adam_m":
+            "dense/kernel/Adam", ...}` (see `restore_tf1_checkpoint`). The
+            checkpoints the run writes hold those variables under their
+            checkpoint names, so that the same map, and the TF1 job itself,
+            read them back. Defaults to None (the names are the model's).
 
     Returns:
         The hooks, a list to give `HookCallback` with your own.
@@ -416,7 +438,8 @@ def estimator_hooks(
         ValueError: `mode` is not `"train"` or `"eval"`; a count is not a
             positive number or None; both `save_checkpoints_steps` and
             `save_checkpoints_secs` are given (as `RunConfig` refused it);
-            `name` is given in train mode.
+            `name` is given in train mode, or `assignment_map` in eval mode;
+            `assignment_map` is not a dict of str.
         TypeError: `model_dir` is not a path, or `name` not a str.
     """
     if not isinstance(model_dir, (str, os.PathLike)):
@@ -426,7 +449,15 @@ def estimator_hooks(
         raise ValueError(f"estimator_hooks(mode=...) must be one of {MODES}, got {mode!r}.")
     if name is not None and not isinstance(name, str):
         raise TypeError(f"estimator_hooks(name=...) takes a str (results go to eval_<name>), got {name!r}.")
+    mapping = check_assignment_map(assignment_map, "estimator_hooks(assignment_map=...)")
     if mode == "eval":
+        if assignment_map is not None:
+            raise ValueError(
+                "estimator_hooks(assignment_map=...) maps the names of the checkpoint the train hooks "
+                "restore; mode='eval' restores nothing (evaluate() runs the model as it is). Pass it "
+                "to estimator_hooks(model_dir) for fit(), or restore_tf1_checkpoint(model, model_dir, "
+                "assignment_map) before evaluate()."
+            )
         return [_EvalResultsWriter(os.path.join(model_dir, "eval" if not name else f"eval_{name}"))]
     if name is not None:
         raise ValueError(
@@ -455,7 +486,7 @@ def estimator_hooks(
             )
         save_checkpoints_secs = None
     scaffold = _Scaffold() if save_summary_steps is not None else None
-    hooks: list[Any] = [_ModelDir(model_dir, keep_checkpoint_max, scaffold)]
+    hooks: list[Any] = [_ModelDir(model_dir, keep_checkpoint_max, scaffold, mapping or None)]
     if save_checkpoints_steps is not None or save_checkpoints_secs is not None:
         hooks.append(
             _T.CheckpointSaverHook(model_dir, save_secs=save_checkpoints_secs, save_steps=save_checkpoints_steps)

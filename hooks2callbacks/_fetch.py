@@ -10,7 +10,8 @@ fetches object every step (as the stock hooks do) reuses it. Each leaf is one of
   `optimizer.iterations`): the step's value, with no graph run;
 * an eager `tf.Variable` or Keras variable, or the adapter graph's variable
   for one (`"dense/kernel:0"`, `"learning_rate"`): its current Keras value,
-  with no graph run;
+  with no graph run (a rate a schedule computes: its value at the step the
+  hooks see, the rate that trained the step: `_model.Entry.read_at`);
 * any other tensor or op of the adapter graph ("derived"): computed by one real
   `Session.run` for the step, with the log values fed to their placeholders.
   Compiling finds which model variables it reads or writes, for the session
@@ -229,12 +230,12 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
         return entry_leaf(meaning) if isinstance(meaning, Entry) else graph_leaf(meaning)
 
     def entry_leaf(entry: Entry) -> Resolver:
-        """A model variable by name: its Keras value, with no graph run."""
-        read = entry.read
+        """A model variable by name: its Keras value (a scheduled rate's at the step), with no graph run."""
+        read = entry.reader_at()
         if mirror is not None and entry is mirror.rate:
             # A metric named "learning_rate" wins over the optimizer's rate.
-            return lambda logs, step, ran: fetched(logs[LEARNING_RATE] if LEARNING_RATE in logs else read())
-        return lambda logs, step, ran: fetched(read())
+            return lambda logs, step, ran: fetched(logs[LEARNING_RATE] if LEARNING_RATE in logs else read(step))
+        return lambda logs, step, ran: fetched(read(step))
 
     def log_leaf(key: str) -> Resolver:
         keys.append(key)
@@ -247,8 +248,8 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
             return _step
         entry = mirror.entry_of_element(element) if mirror is not None else None
         if entry is not None:  # a model variable itself: read it from Keras, no graph run
-            read = entry.read
-            return lambda logs, step, ran: fetched(read())
+            read = entry.reader_at()
+            return lambda logs, step, ran: fetched(read(step))
         if isinstance(element, tf.Variable):
             # A variable a hook made (ref or resource; unhashable): what Session.run
             # fetches for it, the tensor of its value.

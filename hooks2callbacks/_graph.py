@@ -283,7 +283,10 @@ class AdapterGraph(tf.Graph):
         while isinstance(target, str):  # a name for another name
             element = self.existing_element(target)
             if element is not None:
-                return element
+                # A model variable's bare name means the variable (its value), not its op: once the
+                # mirror is built, `"learning_rate"` is an op of the graph.
+                entry = self.mirror.by_op.get(element) if self.mirror is not None else None
+                return element if entry is None else entry
             key = log_key_of(target)
             if key in seen:
                 break

@@ -28,8 +28,13 @@ need: a run whose hooks never look at them pays nothing for them.
 * **init_from_checkpoint** replaces a variable's initializer, as in TF1; the
   session runs those initializers when it is made, right after every `begin()`
   (as a TF1 `Scaffold` did), and assigns the restored values to Keras.
-* A learning rate computed by a `LearningRateSchedule` (or a callable) reads
-  as the schedule's value at the current step, and cannot be written.
+* A learning rate computed by a `LearningRateSchedule` (or a callable) cannot
+  be written. It reads as the rate of a global step (`Entry.read_at`): in a
+  step's results, the step's own (the stale step hooks see), which is the rate
+  that trained it, as TF1's rate tensor computed from the global step's read
+  that the train op depended on; in a `session.run` of a hook, the current
+  step's, the rate of the next step. Keras's `optimizer.learning_rate` after
+  the step is already the next step's.
 """
 
 from __future__ import annotations
@@ -202,6 +207,9 @@ class Entry:
         trainable: Whether it is in `TRAINABLE_VARIABLES`.
         collections: The other graph collections it is in.
         read: Returns the current Keras value.
+        read_at: For a rate a schedule computes: returns the rate of a given
+            global step (the rate that trains, or trained, that step); None
+            for a variable, whose value `read` gives at any step.
         read_only: Why it cannot be written, or None.
         variable: The TF1 variable, once built.
     """
@@ -214,6 +222,7 @@ class Entry:
         "dtype",
         "shape",
         "read",
+        "read_at",
         "write",
         "read_only",
         "variable",
@@ -231,6 +240,7 @@ class Entry:
         read_only: str | None = None,
         dtype: tf.DType | None = None,
         shape: tuple[int, ...] | None = None,
+        read_at: Callable[[Any], Any] | None = None,
     ) -> None:
         self.name = ""
         self.source = source
@@ -239,6 +249,7 @@ class Entry:
         self.dtype = dtype if dtype is not None else _dtype_of(source)
         self.shape = shape if shape is not None else tuple(source.shape)
         self.read = read
+        self.read_at = read_at
         self.write = write
         self.read_only = read_only
         self.variable: Any = None
@@ -247,6 +258,13 @@ class Entry:
 
     def __repr__(self) -> str:
         return f"<mirror of {self.name!r}>"
+
+    def reader_at(self) -> Callable[[Any], Any]:
+        """Returns the entry's value at a global step: `read_at`, or `read` for a variable (the same at any step)."""
+        if self.read_at is not None:
+            return self.read_at
+        read = self.read
+        return lambda step: read()
 
 
 # Optimizers lent for a run (`HookCallback(optimizer=...)`): id(model) -> the optimizer
@@ -513,13 +531,16 @@ class ModelMirror:
     # -- values ------------------------------------------------------------------------
 
     @staticmethod
-    def feeds(entries: tuple[Entry, ...]) -> dict[tf.Tensor, Any]:
-        """The current Keras values of `entries`, to feed their TF1 variables' value tensors."""
-        return {e.variable.value(): e.read() for e in entries}
+    def feeds(entries: tuple[Entry, ...], step: Any) -> dict[tf.Tensor, Any]:
+        """The Keras values of `entries` at global step `step`, to feed their TF1 variables' value tensors.
 
-    def load(self, session: tf.compat.v1.Session, entries: tuple[Entry, ...]) -> None:
-        """Sets the TF1 variables of `entries` to the current Keras values, in one run."""
-        feeds = {e.feed: e.read() for e in entries}
+        A variable's value is its current one; a scheduled rate's, the rate of `step` (`Entry.read_at`).
+        """
+        return {e.variable.value(): e.reader_at()(step) for e in entries}
+
+    def load(self, session: tf.compat.v1.Session, entries: tuple[Entry, ...], step: Any) -> None:
+        """Sets the TF1 variables of `entries` to the Keras values at global step `step`, in one run."""
+        feeds = {e.feed: e.reader_at()(step) for e in entries}
         session.run([e.load_op for e in entries], feeds)
 
     def store(self, session: tf.compat.v1.Session, entries: tuple[Entry, ...] | list[Entry], where: str) -> None:
@@ -792,6 +813,7 @@ def _rate_entry(optimizer: Any, model: Any, train: bool) -> Entry:
     if isinstance(raw, (tf.Variable, keras.Variable)):
         collections = (_KEYS.GLOBAL_VARIABLES,) if train else ()
         return Entry(raw, False, collections, _reader(raw, model), _writer(raw, model))
+    at: Callable[[Any], Any] | None = None  # a callable of no argument: only its value now can be known
     if isinstance(optimizer, keras.optimizers.Optimizer):
 
         def computed() -> Any:
@@ -799,6 +821,21 @@ def _rate_entry(optimizer: Any, model: Any, train: bool) -> Entry:
                 model.jax_state_sync()  # the schedule reads `iterations`
             with context.eager_mode():
                 return keras.ops.convert_to_numpy(optimizer.learning_rate)
+
+        if isinstance(raw, keras.optimizers.schedules.LearningRateSchedule):
+            every = accumulation_steps(optimizer)
+            counter_dtype = step_source(optimizer).dtype  # a variable (`iterations` may compute)
+
+            def keras_at(step: Any) -> Any:
+                # Keras 3 calls the schedule with its step counter before the step's increment.
+                # With gradient accumulation that counter counts micro-batches, and update
+                # `step` is applied at the last of its `every`: at micro-batch step*every+every-1.
+                counter = int(step) if every == 1 else int(step) * every + every - 1
+                with context.eager_mode():
+                    value = raw(keras.ops.convert_to_tensor(counter, dtype=counter_dtype))
+                    return keras.ops.convert_to_numpy(value)
+
+            at = keras_at
     else:  # tf_keras: `learning_rate` is the rate of the last step; ask the schedule for the current one
 
         def computed() -> Any:
@@ -806,8 +843,16 @@ def _rate_entry(optimizer: Any, model: Any, train: bool) -> Entry:
                 value = raw(optimizer.iterations) if callable(raw) else optimizer.learning_rate
                 return np.asarray(value, dtype=np.float32)
 
+        def tf_keras_at(step: Any) -> Any:
+            # tf_keras calls the schedule with `iterations` before the step's increment.
+            with context.eager_mode():
+                value = raw(tf.constant(int(step), tf.int64)) if callable(raw) else optimizer.learning_rate
+                return np.asarray(value, dtype=np.float32)
+
+        at = tf_keras_at
+
     # Not in GLOBAL_VARIABLES: in TF1 a decayed rate was a tensor, not a variable.
-    return Entry(None, False, (), computed, None, read_only=_SCHEDULED, dtype=tf.float32, shape=())
+    return Entry(None, False, (), computed, None, read_only=_SCHEDULED, dtype=tf.float32, shape=(), read_at=at)
 
 
 def _rate_backing(optimizer: Any) -> list[Any]:

@@ -16,6 +16,8 @@ Each seam, what it reaches, and what happens when that is missing:
 * `tf_keras_metric_containers`: `model.compiled_metrics` and `.compiled_loss`. As Keras 3's.
 * `tf_keras_loss_metric`: `compiled_loss._total_loss_mean`. RuntimeError, never a
   running mean passed off as the batch's loss.
+* `compiled_loss_keys`: the metrics of the compiled loss (Keras 3's `model._compile_loss`,
+  tf_keras's `model.compiled_loss`). None, and the keys are made from `model.output_names`.
 * `tf_keras_test_runner`: the `test_function_runner` local of tf_keras's
   `evaluate`. RuntimeError naming `values="running_mean"`.
 * `optimizer_micro_steps`: Keras 3's `optimizer._iterations` under gradient
@@ -177,6 +179,26 @@ def tf_keras_loss_metric(model: Any) -> Any:
             "HookCallback(..., values='running_mean') to give them tf_keras's running means."
         )
     return compiled._total_loss_mean  # pylint: disable=protected-access
+
+
+def compiled_loss_keys(model: Any) -> frozenset[str] | None:
+    """The log keys of the model's compiled loss: `loss`, and each output's loss (`<output>_loss`) of a
+    multi-output model, as Keras names the metrics that track them.
+
+    Keras 3's `model._compile_loss` (a `CompileLoss`, whose per-output `Mean`s exist once it is
+    built, in the first step; checked on Keras 3.8.0 and 3.15.1) or tf_keras's
+    `model.compiled_loss` (a `LossesContainer`, whose `metrics` are its total and per-output
+    `Mean`s once built; checked on tf_keras 2.18.0 and 2.21.0). A model compiled without a loss
+    has none: `{"loss"}`. Missing (another Keras): None, for the caller to make the keys from
+    the model's output names.
+    """
+    if not hasattr(model, "_compile_loss") and not hasattr(model, "compiled_loss"):
+        return None
+    container = getattr(model, "_compile_loss", None) or getattr(model, "compiled_loss", None)
+    names = {"loss"}
+    if container is not None:
+        names.update(str(metric.name) for metric in container.metrics)
+    return frozenset(names)
 
 
 def tf_keras_test_runner(function: Any, replacement: Any) -> None:

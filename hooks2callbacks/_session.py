@@ -114,7 +114,8 @@ class AdapterSession:
                 to feed (`fed_keys`, `reads`), and which model variables to
                 load before and store after (`loads`, `stores`, `writes_step`).
             logs: The step's logs, fed to the log-key tensors.
-            step: The global step to set first.
+            step: The global step to set first (and at which a scheduled
+                learning rate is read).
             where: Who runs it, for messages.
             feed_dict: The hooks' own feeds (checked).
 
@@ -129,14 +130,14 @@ class AdapterSession:
             session.run(graph.step_assign, graph.step_feed(step))
             self._synced_step = step
         if plan.loads:
-            graph.mirror.load(session, plan.loads)
+            graph.mirror.load(session, plan.loads, step)
         feeds = {}
         for k in plan.fed_keys:
             tensor, value = graph.log_tensors[k], log_value(logs, k, where, plan.fed_keys, graph.names)
             # A batch tensor's placeholder dtype was chosen before the first step.
             feeds[tensor] = value if root_of(k) is None else fed(tensor, value, k, where)
         if plan.reads:
-            feeds.update(graph.mirror.feeds(plan.reads))
+            feeds.update(graph.mirror.feeds(plan.reads, step))
         if feed_dict:
             feeds.update(feed_dict)
         values = session.run(list(plan.derived), feeds, options, run_metadata)

@@ -52,8 +52,10 @@ multi-worker training every process is the chief.
 What `results` holds, per hook:
   * the structure of its fetches, leaf by leaf: a log key gives, as a numpy
     float32, in train mode that batch's own loss or metric value, as a TF1
-    tensor held it; in eval mode a loss key (`"loss"`, `"<output>_loss"`) the
-    batch's loss, as `EstimatorSpec.loss` held it, and a metric key the
+    tensor held it; in eval mode a key of the compiled loss (`"loss"`, and
+    a multi-output model's `"<output>_loss"`) the batch's loss, as
+    `EstimatorSpec.loss` held it, and a metric key (whatever its name: a
+    metric named `"eval_loss"` too) the
     evaluation's aggregate so far, as TF1's streaming eval metrics held it
     (Keras's own logs); in eval's `end()` every log key the evaluation's
     result, what `evaluate()` returns (`values=` makes every key one or the
@@ -113,7 +115,7 @@ import keras
 import tensorflow as tf
 
 from hooks2callbacks import _runs
-from hooks2callbacks._batch import is_loss_key
+from hooks2callbacks._batch import loss_keys
 from hooks2callbacks._dispatch import HookRunner, Hooks, as_hook_list, is_factory, steps_per_execution
 from hooks2callbacks._distribute import StopAgreement, is_chief, is_default, is_multi_worker, strategy_of
 from hooks2callbacks._graph import OP_NAME, log_key_of
@@ -278,9 +280,10 @@ class HookCallback(keras.callbacks.Callback):
             `"running_mean"`: the logs as Keras reports them, aggregates since
             the epoch (or the evaluation) began. Defaults to `None`: `"batch"`
             in train and predict mode; in eval mode, key by key as a TF1 eval
-            graph held them: a loss key the batch's loss (`EstimatorSpec.loss`),
-            a metric key the aggregate since the evaluation began (a
-            `tf.metrics` value). In eval mode a fetch in `end()` gives the
+            graph held them: a key of the compiled loss (`"loss"`, a
+            multi-output model's `"<output>_loss"`) the batch's loss
+            (`EstimatorSpec.loss`), a metric key, whatever its name, the
+            aggregate since the evaluation began (a `tf.metrics` value). In eval mode a fetch in `end()` gives the
             evaluation's results whatever `values` is, so a summary written
             there equals `evaluate()`'s. Other callbacks, the progress bar and
             `History` get Keras's own logs either way.
@@ -528,7 +531,7 @@ class HookCallback(keras.callbacks.Callback):
             loop_state=self._loop_state if mode == "train" and self._custom else None,
             lent_optimizer=lent,
             batch_values=self.values != "running_mean",
-            batch_keys=is_loss_key if self.values is None else None,
+            batch_keys=loss_keys(model) if self.values is None else None,
             names=self.names,
             strategy=None if is_default(strategy) or across_workers else strategy,
             outside_strategy_note=_ACROSS_WORKERS if across_workers else None,

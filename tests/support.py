@@ -367,7 +367,7 @@ def weights_of(model: Any) -> list[np.ndarray]:
 
 def tf1_mlp(
     weights: Sequence[np.ndarray],
-    learning_rate: float = 0.05,
+    learning_rate: float | Callable[[Any], Any] = 0.05,
     scopes: Sequence[str] = TF1_NAMES,
     optimizer: Callable[[Any], Any] = tf.compat.v1.train.GradientDescentOptimizer,
 ) -> Any:
@@ -378,7 +378,10 @@ def tf1_mlp(
     biases, learning rate), `weights` as initial values, the loss named
     `loss`, plain gradient descent (Keras's SGD without momentum) unless
     `optimizer` (called with the rate variable) makes another TF1 optimizer.
-    Inputs are the placeholders `x:0` and `y:0`.
+    Inputs are the placeholders `x:0` and `y:0`. A callable `learning_rate` is
+    a schedule: called with the global step variable, as a model_fn called
+    `tf.compat.v1.train.exponential_decay(..., tf.compat.v1.train.get_global_step(), ...)`,
+    its tensor is the rate, named `learning_rate` (no rate variable then).
     """
     v1 = tf.compat.v1
     keys = v1.GraphKeys
@@ -402,7 +405,12 @@ def tf1_mlp(
         if i == 0:
             h = tf.nn.relu(h)
     tf.identity(h, name="logits")
-    rate = v1.get_variable("learning_rate", initializer=np.float32(learning_rate), trainable=False, use_resource=False)
+    if callable(learning_rate):
+        rate = tf.identity(learning_rate(step), name="learning_rate")
+    else:
+        rate = v1.get_variable(
+            "learning_rate", initializer=np.float32(learning_rate), trainable=False, use_resource=False
+        )
     loss = tf.identity(tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h)), name="loss")
     # As in `run_tf1`: the step read that hooks use happens before the increment.
     read = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
@@ -426,7 +434,7 @@ def run_tf1_mlp(
     hooks: Any,
     weights: Sequence[np.ndarray],
     steps: int,
-    learning_rate: float = 0.05,
+    learning_rate: float | Callable[[Any], Any] = 0.05,
     scopes: Sequence[str] = TF1_NAMES,
     before_step: Callable[[], None] | None = None,
 ) -> dict[str, Any]:

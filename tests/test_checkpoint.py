@@ -11,6 +11,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import warnings
 
 import keras
 import numpy as np
@@ -407,6 +408,17 @@ def test_slots_of_another_optimizer_are_warned_of_naming_the_fix(K, tmp_path):
     assert "keras.optimizers.Adam(epsilon=1e-8)" in message
     assert report.global_step == 3 and iterations(model) == 3
     assert any("dense_1/bias/Adam_1" in note for note in report.notes)
+
+
+def test_plain_gradient_descent_continued_on_sgd_warns_of_nothing(K, tmp_path):
+    """TF1's GradientDescentOptimizer kept no slots; tf_keras's SGD keeps momentum slots at momentum 0
+    too, which no step reads: nothing of TF1's state is left behind, and nothing is warned of."""
+    tf1_train(tmp_path, weights_of(make_model(K, layer_names=TF1_NAMES)), 3, T.GradientDescentOptimizer)
+    model = make_model(K, layer_names=TF1_NAMES)  # SGD, momentum 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = restore_tf1_checkpoint(model, str(tmp_path))
+    assert report.global_step == 3 and report.proposed_map == {}
 
 
 def test_the_report_names_the_adam_epsilon_difference(K, tmp_path):

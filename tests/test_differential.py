@@ -548,6 +548,71 @@ def test_the_official_models_logging_metric_hook_logs_the_rate_and_the_loss_as_u
     assert [type(s) for _, _, s in ours.metrics] == [type(s) for _, _, s in tf1.metrics] == [np.int64] * 8
 
 
+# A model_fn's schedules on the global step, and the Keras schedules that compute the same rates.
+SCHEDULES = {
+    "piecewise_constant": (
+        lambda step: V1.train.piecewise_constant(step, [2, 4], [0.1, 0.05, 0.01]),
+        lambda K: K.optimizers.schedules.PiecewiseConstantDecay([2, 4], [0.1, 0.05, 0.01]),
+    ),
+    "exponential_decay": (
+        lambda step: V1.train.exponential_decay(0.1, step, decay_steps=2, decay_rate=0.5),
+        lambda K: K.optimizers.schedules.ExponentialDecay(0.1, decay_steps=2, decay_rate=0.5),
+    ),
+}
+
+
+class Rates(V1.train.SessionRunHook):
+    """Fetches the rate (by `name`), a tensor built on it in `begin()`, and the rate again in its own
+    `session.run` after the step."""
+
+    def __init__(self, name):
+        self.name = name
+        self.seen, self.doubled, self.after = [], [], []
+
+    def begin(self):
+        self.double = V1.get_default_graph().get_tensor_by_name(f"{self.name}:0") * 2.0
+
+    def before_run(self, run_context):
+        return V1.train.SessionRunArgs([f"{self.name}:0", self.double])
+
+    def after_run(self, run_context, run_values):
+        rate, double = run_values.results
+        self.seen.append(rate)
+        self.doubled.append(double)
+        self.after.append(run_context.session.run(f"{self.name}:0"))
+
+
+@pytest.mark.parametrize("via", ["name", "names map"])
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+def test_a_hook_fetching_a_scheduled_rate_sees_the_rate_that_trained_the_step_as_under_tf1(K, tf_info, schedule, via):
+    """A model_fn's rate computed from the global step held, in the run of step k, the rate that trained
+    step k (the update, which reads it, runs before the increment); a hook's own `session.run` after
+    the step ran it at step k+1. Keras's `optimizer.learning_rate` after the step is step k+1's already:
+    hooks got it one step ahead, in the rate's log lines and in every op built on it."""
+    tf1_schedule, keras_schedule = SCHEDULES[schedule]
+    model = make_model(K, layer_names=TF1_NAMES, learning_rate=keras_schedule(K))
+    name, names = ("learning_rate", None) if via == "name" else ("lr", {"lr": "learning_rate"})
+    sides = {}
+    for side, rate_name in (("tf1", "learning_rate"), ("keras", name)):
+        rates = Rates(rate_name)
+        hooks = [V1.train.LoggingTensorHook({"learning_rate": rate_name}, every_n_iter=1), rates]
+        tf_info.clear()
+        if side == "tf1":
+            final = run_tf1_mlp(hooks, weights_of(model), 6, learning_rate=tf1_schedule)
+        else:
+            fit_mlp(K, hooks, 6, model=model, names=names)
+        sides[side] = rates, _tf_lines(tf_info, "learning_rate = ")
+    (tf1, tf1_lines), (ours, our_lines) = sides["tf1"], sides["keras"]
+    assert_same_weights(final, model)  # both trained with the same rates
+    assert len(tf1.seen) == 6 and len(set(tf1.seen)) > 1  # the rate changes: a step ahead would show
+    assert ours.seen == pytest.approx(tf1.seen, rel=1e-6)
+    assert [type(r) for r in ours.seen] == [type(r) for r in tf1.seen] == [np.float32] * 6
+    assert ours.doubled == pytest.approx(tf1.doubled, rel=1e-6)
+    assert ours.after == pytest.approx(tf1.after, rel=1e-6)  # a run of its own: the next step's rate
+    assert tf1.after[:-1] == pytest.approx(tf1.seen[1:], rel=1e-6)
+    assert our_lines == tf1_lines and len(tf1_lines) == 6
+
+
 def test_log_tensor_of_a_names_map_name_is_the_tensor_it_maps_to_as_the_model_fns_was(K):
     """official/r1/mnist named its tensors (`cross_entropy`, `train_accuracy`): with
     `names={"cross_entropy": "loss"}`, `log_tensor("cross_entropy")` made a placeholder for a log key
@@ -627,3 +692,85 @@ def test_eval_hooks_see_the_batch_loss_and_streaming_metrics_then_the_results_at
     assert keras_side.steps[1]["loss"] != pytest.approx((tf1.steps[0]["loss"] + tf1.steps[1]["loss"]) / 2, rel=1e-3)
     assert keras_side.at_end == pytest.approx(tf1.at_end, rel=TOLERANCE)
     assert keras_side.at_end == pytest.approx(results, rel=1e-6)
+
+
+def eval_loss_metric(K, kind):
+    """A Keras metric named `eval_loss` of the per-example loss, as BERT's run_classifier named its
+    `tf.metrics.mean(per_example_loss)`: a Keras metric object, or a metric function so named."""
+
+    def eval_loss(y_true, y_pred):
+        return K.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
+
+    return K.metrics.MeanMetricWrapper(eval_loss, name="eval_loss") if kind == "metric" else eval_loss
+
+
+@pytest.mark.parametrize("kind", ["metric", "function"])
+def test_an_eval_metric_named_eval_loss_gives_eval_hooks_the_aggregate_as_tf_metrics_mean(K, kind):
+    """A key ending in `_loss` is a loss only if the compiled model's loss tracks it: BERT's `eval_loss`,
+    `tf.metrics.mean(per_example_loss)`, held the aggregate since the evaluation began, and its
+    hooks got that, not the batch's loss."""
+    weights = initial_weights(K)
+    x, y = make_data(128, seed=5)
+    tf1 = EvalRecorder({"loss": "loss:0", "eval_loss": "eval_loss/update_op:0"}, {"eval_loss": "eval_loss/value:0"})
+    with tf.Graph().as_default() as graph:
+        tf1_mlp(weights)
+        logits, labels = graph.get_tensor_by_name("logits:0"), graph.get_tensor_by_name("y:0")
+        per_example_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        update = V1.metrics.mean(per_example_loss, name="eval_loss")[1]
+        with V1.train.MonitoredSession(hooks=[tf1]) as session:
+            for start in range(0, len(x), BATCH):
+                session.run(update, {"x:0": x[start : start + BATCH], "y:0": y[start : start + BATCH]})
+    model = make_model(K, layer_names=TF1_NAMES, metrics=(eval_loss_metric(K, kind),))
+    model.set_weights(weights)
+    names = {"loss": "loss:0", "eval_loss": "eval_loss:0"}
+    keras_side = EvalRecorder(names, {"eval_loss": "eval_loss:0"})
+    results = model.evaluate(
+        x, y, batch_size=BATCH, verbose=0, return_dict=True, callbacks=[HookCallback(keras_side, mode="eval")]
+    )
+    assert len(keras_side.steps) == len(tf1.steps) == len(x) // BATCH
+    for step, (seen, truth) in enumerate(zip(keras_side.steps, tf1.steps, strict=True)):
+        assert seen == pytest.approx(truth, rel=TOLERANCE), f"step {step}"
+    # From the second batch on, the aggregate is not the batch's loss.
+    assert keras_side.steps[1]["eval_loss"] != pytest.approx(keras_side.steps[1]["loss"], rel=1e-3)
+    assert keras_side.at_end == pytest.approx(tf1.at_end, rel=TOLERANCE)
+    assert keras_side.at_end["eval_loss"] == pytest.approx(results["eval_loss"], rel=1e-6)
+
+
+def test_a_multi_output_models_output_losses_are_the_batchs_in_eval_and_its_metrics_the_aggregates(K):
+    """`<output>_loss` keys are the compiled loss's, each batch's own; an output's metric (its key ends
+    in `_loss` too, by its function's name) the aggregate: compared with `evaluate()` of that batch
+    alone, and of the batches so far."""
+
+    def shifted_loss(y_true, y_pred):  # a metric, whose key ends in _loss
+        return K.losses.sparse_categorical_crossentropy(y_true, y_pred + 1.0, from_logits=True)
+
+    K.utils.set_random_seed(0)
+    inputs = K.Input((8,))
+    hidden = K.layers.Dense(16, activation="relu")(inputs)
+    model = K.Model(inputs, [K.layers.Dense(3, name="a")(hidden), K.layers.Dense(3, name="b")(hidden)])
+    loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile("sgd", loss=[loss, loss], metrics=[[shifted_loss], []])
+    x, y = make_data(96, seed=4)
+    z = (y + 1) % 3
+
+    def evaluate(start, stop, callbacks=()):
+        return model.evaluate(
+            x[start:stop],
+            (y[start:stop], z[start:stop]),
+            batch_size=BATCH,
+            verbose=0,
+            return_dict=True,
+            callbacks=list(callbacks),
+        )
+
+    metric = next(k for k in evaluate(0, BATCH) if k.startswith("a_") and "shifted" in k)
+    losses = ("loss", "a_loss", "b_loss")
+    recorder = EvalRecorder({k: k for k in (*losses, metric)}, {})
+    evaluate(0, len(x), [HookCallback(recorder, mode="eval")])
+    assert len(recorder.steps) == len(x) // BATCH
+    for step, seen in enumerate(recorder.steps):
+        alone, so_far = evaluate(step * BATCH, (step + 1) * BATCH), evaluate(0, (step + 1) * BATCH)
+        assert {k: seen[k] for k in losses} == pytest.approx({k: alone[k] for k in losses}, rel=1e-5), step
+        assert seen[metric] == pytest.approx(so_far[metric], rel=1e-5), step
+        if step:  # the aggregate is not the batch's value
+            assert seen[metric] != pytest.approx(alone[metric], rel=1e-3), step

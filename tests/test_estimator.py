@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import types
+import warnings
 
 import keras
 import numpy as np
@@ -293,6 +294,144 @@ def test_a_killed_run_continues_from_its_model_dir_as_under_monitored_training_s
     assert event_steps(model_dir) == event_steps(reference)
 
 
+# -- an Estimator's checkpoint with other names: assignment_map -------------------------------
+
+WEIGHTS = ("dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias")
+# BERT's slot names to those of Keras's Adam (the model's TF1 names), as init_from_checkpoint's map.
+SLOT_MAP = {f"{w}/adam_{slot}": f"{w}/{mine}" for w in WEIGHTS for slot, mine in (("m", "Adam"), ("v", "Adam_1"))}
+
+
+class AdamWeightDecayLike:
+    """The slots of google-research/bert's `AdamWeightDecayOptimizer` (`optimization.py`): made with
+    `tf.get_variable` as `<variable>/adam_m` and `<variable>/adam_v`, updated with Adam's moments
+    (without bias correction); the global step incremented beside them, as BERT's
+    `create_optimizer` did."""
+
+    def __init__(self, rate):
+        self.rate = rate
+
+    def minimize(self, loss, global_step):
+        v1 = tf.compat.v1
+        params = v1.trainable_variables()
+        updates = [global_step.assign_add(1)]
+        for grad, param in zip(tf.gradients(loss, params), params, strict=True):
+            slots = [
+                v1.get_variable(
+                    f"{param.op.name}/adam_{kind}",
+                    shape=param.shape,
+                    dtype=tf.float32,
+                    trainable=False,
+                    initializer=v1.zeros_initializer(),
+                    use_resource=False,
+                )
+                for kind in ("m", "v")
+            ]
+            m = 0.9 * slots[0] + 0.1 * grad
+            v = 0.999 * slots[1] + 0.001 * tf.square(grad)
+            updates += [param.assign_sub(self.rate * m / (tf.sqrt(v) + 1e-6)), slots[0].assign(m), slots[1].assign(v)]
+        return tf.group(*updates)
+
+
+def bert_like_model_dir(model_dir, weights, steps=3):
+    """A TF1 job on `AdamWeightDecayLike` under MonitoredTrainingSession(checkpoint_dir=model_dir).
+
+    Returns:
+        Its newest checkpoint's variables, by name.
+    """
+    with tf.Graph().as_default():
+        train_op = tf1_mlp(weights, optimizer=AdamWeightDecayLike)
+        with T.MonitoredTrainingSession(
+            checkpoint_dir=str(model_dir), save_summaries_steps=None, log_step_count_steps=None
+        ) as session:
+            for i in range(steps):
+                session.run(train_op, {"x:0": X[i * BATCH : (i + 1) * BATCH], "y:0": Y[i * BATCH : (i + 1) * BATCH]})
+    prefix = tf.train.latest_checkpoint(str(model_dir))
+    return {name: tf.train.load_variable(prefix, name) for name, _ in tf.train.list_variables(prefix)}
+
+
+class Restored(T.SessionRunHook):
+    """Reads, when the session is made (after the restore), the model's weights and Adam's slots by TF1 name."""
+
+    def after_create_session(self, session, coord):
+        names = [*WEIGHTS, *SLOT_MAP.values(), "global_step"]
+        self.values = session.run({name: f"{name}:0" for name in names})
+
+
+def adam_model(K):
+    model = make_model(K, layer_names=TF1_NAMES)
+    model.compile(optimizer=K.optimizers.Adam(0.05), loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def slot_values(model):
+    """Adam's slots by TF1 name, through the adapter's own naming (what checkpoints hold)."""
+    from hooks2callbacks._model import saved_variables
+
+    return {v.name: v.read() for v in saved_variables(model)[0] if v.name in SLOT_MAP.values()}
+
+
+def test_an_assignment_map_continues_a_custom_optimizers_slots_and_the_checkpoints_keep_their_names(K, tmp_path):
+    """BERT's run_classifier named its slots `<var>/adam_m`, `<var>/adam_v`: with the map, the slots
+    are restored exactly, no warning claims they were left behind, and what the run writes (the
+    restored step's checkpoint again, and later ones) holds them under BERT's names: the same map
+    restores them again, and the TF1 job's own Saver too."""
+    tf1 = bert_like_model_dir(tmp_path, weights_of(make_model(K, layer_names=TF1_NAMES)))
+    assert tf1["global_step"] == 3 and float(np.abs(tf1["dense/kernel/adam_v"]).max()) > 0
+    model, restored = adam_model(K), Restored()
+    hooks = estimator_hooks(
+        tmp_path, assignment_map=SLOT_MAP, save_checkpoints_steps=2, save_summary_steps=None, log_step_count_steps=None
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(model, [HookCallback([*hooks, restored, T.StopAtStepHook(last_step=5)])], epochs=1)
+    assert [str(w.message) for w in caught if "restore" in str(w.message)] == []
+    assert hooks[0].report.not_restored == []
+    assert {theirs: mine for mine, theirs in hooks[0].report.restored.items() if theirs in SLOT_MAP} == SLOT_MAP
+    for name in [*WEIGHTS, "global_step"]:
+        np.testing.assert_array_equal(restored.values[name], tf1[name], err_msg=name)
+    for theirs, mine in SLOT_MAP.items():
+        np.testing.assert_array_equal(restored.values[mine], tf1[theirs], err_msg=mine)
+    assert iterations(model) == 5 and checkpoint_steps(tmp_path) == [0, 3, 5]  # 0: the TF1 job's
+
+    # The restored step's checkpoint, written again, and the newest: BERT's names, not Keras's.
+    for step in (3, 5):
+        names = {name for name, _ in tf.train.list_variables(str(tmp_path / f"model.ckpt-{step}"))}
+        assert set(SLOT_MAP) <= names and not set(SLOT_MAP.values()) & names, step
+    for theirs in SLOT_MAP:
+        np.testing.assert_array_equal(tf.train.load_variable(str(tmp_path / "model.ckpt-3"), theirs), tf1[theirs])
+    # The same map restores them (by name) into a new model, with no warning.
+    fresh = adam_model(K)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = hooks2callbacks.restore_tf1_checkpoint(fresh, str(tmp_path), assignment_map=SLOT_MAP)
+    assert report.global_step == 5 and report.not_restored == []
+    trained = slot_values(model)
+    assert set(trained) == set(SLOT_MAP.values())
+    for name, value in slot_values(fresh).items():
+        np.testing.assert_array_equal(value, trained[name], err_msg=name)
+    # The TF1 job's own graph restores the whole checkpoint with its Saver.
+    initial = weights_of(make_model(K))  # replaced by the restore
+    with tf.Graph().as_default():
+        tf1_mlp(initial, optimizer=AdamWeightDecayLike)
+        with tf.compat.v1.Session() as session:
+            T.Saver().restore(session, str(tmp_path / "model.ckpt-5"))  # fails on any name it lacks
+            continued = session.run({v.op.name: v for v in tf.compat.v1.global_variables()})
+    for theirs, mine in SLOT_MAP.items():
+        np.testing.assert_array_equal(continued[theirs], trained[mine], err_msg=theirs)
+
+
+def test_without_the_map_the_slots_it_left_behind_are_warned_of_with_the_map_to_pass(K, tmp_path):
+    bert_like_model_dir(tmp_path, weights_of(make_model(K, layer_names=TF1_NAMES)))
+    hooks = estimator_hooks(tmp_path, save_checkpoints_secs=None, save_summary_steps=None, log_step_count_steps=None)
+    with pytest.warns(UserWarning, match=r"optimizer's variables not in the checkpoint keep their values") as caught:
+        fit(adam_model(K), [HookCallback([*hooks, T.StopAtStepHook(last_step=4)])], epochs=1)
+    assert sorted(hooks[0].report.not_restored) == sorted(SLOT_MAP.values())
+    message = next(str(w.message) for w in caught if "keep their values" in str(w.message))
+    assert "pass assignment_map= (restore_tf1_checkpoint, or estimator_hooks)" in message
+    # Each slot paired with BERT's of the same variable and shape, in name order: m with Adam, v with Adam_1.
+    assert hooks[0].report.proposed_map == SLOT_MAP
+
+
 # -- estimator_hooks: eval ------------------------------------------------------------------
 
 
@@ -358,6 +497,8 @@ def test_eval_results_go_to_model_dir_eval_as_estimator_evaluate_wrote_them(K, t
         ({"save_checkpoints_steps": 10, "save_checkpoints_secs": 60}, ValueError, r"not both"),
         ({"name": "holdout"}, ValueError, r"mode='eval' only"),
         ({"name": 3, "mode": "eval"}, TypeError, r"name=.*str"),
+        ({"assignment_map": ["a"]}, ValueError, r"assignment_map=.*must be a dict from checkpoint names"),
+        ({"assignment_map": {"a/": "b/"}, "mode": "eval"}, ValueError, r"mode='eval' restores nothing"),
     ],
 )
 def test_bad_arguments_fail_at_once_saying_what_works(tmp_path, kwargs, error, match):

@@ -370,6 +370,17 @@ def test_adam_with_ema(K):
     assert_untouched(K, build, fit_arrays(), keys=("loss", "accuracy"))
 
 
+def test_a_scheduled_learning_rate_fetched_every_step(K):
+    """Hooks get the step's own scheduled rate from the schedule, outside Keras's step."""
+
+    def build(K: Any) -> Any:
+        return mlp(K, optimizer=K.optimizers.SGD(K.optimizers.schedules.ExponentialDecay(0.1, 3, 0.5)))
+
+    run = assert_untouched(K, build, fit_arrays(), keys=("loss", "learning_rate"))
+    rates = [r["learning_rate"] for r in run.fetched[0].hooks[0].results]
+    assert rates == pytest.approx([0.1 * 0.5 ** (s / 3) for s in range(len(rates))], rel=1e-6)
+
+
 def test_gradient_accumulation_counts_applied_updates(K):
     if K is not keras:
         pytest.skip("tf_keras's optimizers have no gradient_accumulation_steps")

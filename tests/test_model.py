@@ -322,17 +322,66 @@ def test_a_write_to_the_global_step_moves_the_optimizer_step(K):
     assert seen == [0, 1, 100, 101] and iterations(model) == 102
 
 
-def test_the_learning_rate_of_a_schedule_reads_its_current_value_and_refuses_writes(K):
+def test_the_learning_rate_of_a_schedule_reads_the_steps_own_rate_and_refuses_writes(K):
     schedule = K.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5)
     seen = Seen("learning_rate:0")
     fit(make_model(K, learning_rate=schedule), seen, steps=3)
-    assert seen.results == pytest.approx([0.1 * 0.5 ** (s / 10) for s in (1, 2, 3)], rel=1e-5)
+    # The rate that trained steps 0, 1, 2 (the comparison with TF1 is in test_differential.py).
+    assert seen.results == pytest.approx([0.1 * 0.5 ** (s / 10) for s in (0, 1, 2)], rel=1e-5)
     with pytest.raises(
         ValueError,
         match=r"Write\.before_run\(\) runs the op '.*' \(Assign\), which writes "
         r"'learning_rate': the optimizer's learning rate is computed .* by a schedule",
     ):
         fit(make_model(K, learning_rate=schedule), Write(lambda: V1.assign(by_name("learning_rate:0"), 0.0)))
+
+
+def rates_keras_used(K):
+    """A callback that reads the optimizer's rate from Keras itself: at batch begin, the rate the step
+    is about to use (Keras 3 computes it from `iterations` then); at batch end, tf_keras's
+    `learning_rate`, which holds the rate its last step computed."""
+
+    class RatesKerasUsed(K.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.begin, self.end = [], []
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.begin.append(float(np.asarray(self.model.optimizer.learning_rate)))
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.end.append(float(np.asarray(self.model.optimizer.learning_rate)))
+
+    return RatesKerasUsed()
+
+
+def test_a_scheduled_rate_fetched_by_a_hook_is_the_one_keras_trained_the_step_with(K):
+    schedule = K.optimizers.schedules.PiecewiseConstantDecay([1, 3], [0.1, 0.05, 0.01])
+    seen, used = Seen("learning_rate"), rates_keras_used(K)
+    fit_in_order(make_model(K, learning_rate=schedule), [used, HookCallback(seen)], steps=5)
+    assert seen.results == pytest.approx([0.1, 0.1, 0.05, 0.05, 0.01])
+    if K is keras:
+        assert seen.results == pytest.approx(used.begin)
+    else:  # tf_keras: `learning_rate` is the step's own (`_current_learning_rate`) after the step
+        assert seen.results == pytest.approx(used.end)
+
+
+def test_under_gradient_accumulation_a_scheduled_rate_is_the_one_of_the_update_the_batch_goes_into():
+    """Keras 3 computes the rate from its micro-batch counter: an update applied at the last micro-batch
+    of its group uses that micro-batch's rate. A micro-batch that applies nothing sees the rate of the
+    update it goes into, the rate of its (stale) global step."""
+    schedule = keras.optimizers.schedules.PiecewiseConstantDecay([2, 4], [0.1, 0.05, 0.01])
+    model = make_model()
+    model.compile(
+        optimizer=keras.optimizers.SGD(schedule, gradient_accumulation_steps=2),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    seen, used = Seen(["learning_rate", "global_step"]), rates_keras_used(keras)
+    fit_in_order(model, [used, HookCallback(seen)], steps=8)
+    assert [int(step) for _, step in seen.results] == [0, 0, 1, 1, 2, 2, 3, 3]
+    last_of_group = [used.begin[i | 1] for i in range(8)]  # the micro-batch that applies the update
+    assert [rate for rate, _ in seen.results] == pytest.approx(last_of_group)
+    assert len(set(last_of_group)) > 1
 
 
 # -- names map and unknown names -----------------------------------------------------------

@@ -60,6 +60,16 @@ def test_tf_keras_metric_containers_loss_metric_and_test_runner():
     assert found == [True, True]  # both batches ran the replacement
 
 
+def test_compiled_loss_keys_are_the_loss_and_each_outputs_loss(K):
+    assert _seams.compiled_loss_keys(trained(K)) == {"loss"}
+    inputs = K.Input((8,))
+    model = K.Model(inputs, [K.layers.Dense(3, name="a")(inputs), K.layers.Dense(3, name="b")(inputs)])
+    model.compile("sgd", loss=["mse", "mse"], metrics=[["mae"], []])
+    model.fit(X, (np.zeros((64, 3)), np.zeros((64, 3))), batch_size=32, verbose=0)
+    assert _seams.compiled_loss_keys(model) == {"loss", "a_loss", "b_loss"}
+    assert _seams.compiled_loss_keys(object()) is None
+
+
 def test_tf_keras_test_runner_outside_evaluate_is_a_clear_error():
     with pytest.raises(RuntimeError, match="values='running_mean'"):
         _seams.tf_keras_test_runner(object(), None)
