@@ -62,3 +62,43 @@ def tf_info():
     yield messages
     logger.removeHandler(handler)
     logger.setLevel(level)
+
+
+# The quick check after install (`python -m pytest -m quick`): the hook contract on Keras 3 and
+# tf_keras, fetch resolution, the session and graph hooks see, refused hooks, the package's names and
+# the demo, without their slow tests: about a minute on 2 cores.
+QUICK_MODULES = {
+    "test_callback",
+    "test_fetch",
+    "test_graph",
+    "test_init",
+    "test_main",
+    "test_session",
+    "test_translate",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__ in QUICK_MODULES and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.quick)
+
+
+# The Keras 3 backends that the README's test command does not install (`.[backends]` adds them).
+BACKEND_PACKAGES = {"jax": "jax", "torch": "torch"}
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Ends the run by naming the Keras backends it could not test, and how to add them."""
+    missing = [backend for backend, package in BACKEND_PACKAGES.items() if importlib.util.find_spec(package) is None]
+    if not missing:
+        return
+    terminalreporter.write_sep("=", "Keras 3 backends not tested in this run")
+    terminalreporter.write_line(
+        f"Not installed here: {', '.join(missing)}. The tests of Keras 3 on "
+        f"{' and '.join(missing)} were skipped (their reasons are listed below)."
+    )
+    terminalreporter.write_line(
+        'Add them with:  pip install ".[test,backends]"  then run the tests again '
+        "(the backends extra pins torch==2.13.0, this project's CPU build; elsewhere install the torch build you need)."
+    )
