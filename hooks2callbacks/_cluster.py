@@ -198,6 +198,33 @@ class TorchCluster(Cluster):
         return np.asarray(tensor.cpu().numpy())
 
 
+def sharded_across_processes(variable: Any) -> ValueError | None:
+    """The error for a model variable whose shards lie on other processes, or None.
+
+    Under `keras.distribution.ModelParallel` across `jax.distributed` processes, a
+    variable sharded over the processes' devices cannot be read by one process:
+    every process would have to take part in gathering it, and a hook runs when
+    its own process decides (a chief-only `CheckpointSaverHook` on its timer). So
+    such a read is refused, naming the variable, and never gives a partial value.
+    """
+    value = getattr(variable, "value", variable)
+    if getattr(value, "is_fully_addressable", True) or getattr(value, "is_fully_replicated", False):
+        return None
+    import jax  # pylint: disable=import-outside-toplevel
+
+    name = getattr(variable, "path", None) or getattr(variable, "name", None) or repr(variable)
+    local = tuple(value.addressable_data(0).shape)
+    return ValueError(
+        f"The model variable {name!r} (shape {tuple(value.shape)}) is sharded across the "
+        f"{jax.process_count()} processes of this JAX job (this process holds a {local} shard), and a hook "
+        "on one process cannot read the other processes' shards: a CheckpointSaverHook (it saves every "
+        "model variable) or a hook that fetches this variable. Ways out: keep the variable whole on every "
+        "process (leave it out of the ModelParallel LayoutMap, or use DataParallel), or save the sharded "
+        "model with a checkpointer that every process calls at the same step (Orbax); HookCallback never "
+        "writes a partial checkpoint."
+    )
+
+
 def _jax_processes() -> int:
     """How many `jax.distributed` processes there are; 1 where JAX is not in use."""
     if "jax" not in sys.modules:
