@@ -187,6 +187,68 @@ def jax_process(index: int, port: int, directory: str) -> None:
     )
 
 
+def torch_process(index: int, port: int, directory: str) -> None:
+    import keras
+    import torch
+    import torch.distributed as dist
+    from support import LEARNING_RATE, make_data, make_model
+
+    from hooks2callbacks import HookCallback
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=index, world_size=2)
+    x, y = make_data()
+    data = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+    # As keras.io's guide: each rank reads its own part of the data (16 of each global batch of 32).
+    sampler = torch.utils.data.distributed.DistributedSampler(data, num_replicas=2, rank=index, shuffle=False)
+    dataloader = torch.utils.data.DataLoader(data, batch_size=16, sampler=sampler)
+    result: dict = {"process": dist.get_rank(), "processes": dist.get_world_size()}
+
+    def train(hooks, chief_only, steps: int | None = None) -> tuple:
+        model = make_model(keras)
+        optimizer = keras.optimizers.SGD(LEARNING_RATE)  # a Keras optimizer counts the global step
+        ddp_model = torch.nn.parallel.DistributedDataParallel(model)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        callback = HookCallback(hooks, chief_only_hooks=chief_only, optimizer=optimizer)
+        callbacks = keras.callbacks.CallbackList([callback], model=model)
+        passed: list = []
+        callbacks.on_train_begin()
+        step = 0
+        for _epoch in range(2):
+            for inputs, targets in dataloader:
+                callbacks.on_train_batch_begin(step)
+                # The guide's step: the loss of this rank's own batch; DDP averages the gradients.
+                loss = loss_fn(targets, ddp_model(inputs))
+                model.zero_grad()
+                loss.backward()
+                with torch.no_grad():
+                    optimizer.apply([v.value.grad for v in model.trainable_weights], model.trainable_weights)
+                passed.append(loss.item())
+                callbacks.on_train_batch_end(step, {"loss": loss.detach()})
+                step += 1
+                if model.stop_training:
+                    break
+            if model.stop_training:
+                break
+        callbacks.on_train_end()
+        return model, optimizer, passed
+
+    for phase, stop_process, stop_step, chief_dir in (
+        ("stop0", 0, STOP_0, os.path.join(directory, f"chief{index}")),
+        ("stop1", 1, STOP_1, None),
+    ):
+        hooks, chief_only, seen, calls = hooks_of(index, directory, stop_process, stop_step, chief_dir)
+        model, optimizer, passed = train(hooks, chief_only)
+        result[phase] = {
+            "rows": seen.rows,
+            "passed": passed,
+            "calls": calls,
+            "iterations": int(optimizer.iterations.numpy()),
+            "weights": [w.tolist() for w in model.get_weights()],
+        }
+    write(os.path.join(directory, f"result{index}.json"), result)
+    fit_until_error(directory, index, lambda: train([RaiseOn(1, index, RAISE_AT)], []))
+
+
 def fit_until_error(directory: str, index: int, run) -> None:
     """Runs phase 4, writing the error that ends it, and raises it on."""
     try:
@@ -208,5 +270,7 @@ if __name__ == "__main__":
     engine, index, port, directory = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     if engine == "jax":
         jax_process(index, port, directory)
+    elif engine == "torch":
+        torch_process(index, port, directory)
     else:
         raise SystemExit(f"unknown engine {engine!r}; expected jax or torch")

@@ -70,7 +70,7 @@ def test_one_process_alone_is_the_chief_and_agrees_with_itself():
     assert cluster.agree(1) == [1] and cluster.share_error("x") == ["x"]
 
 
-def check_chief_only_and_stops(engine, directory, results, restored_model) -> None:
+def check_chief_only_and_stops(directory, results, restored_model) -> None:
     """Shared by the engines: chief-only hooks, one writer, a stop on either process alone."""
     chief, other = results
     assert (chief["process"], other["process"], chief["processes"]) == (0, 1, 2)
@@ -112,7 +112,7 @@ def check_error_ends_both(errors) -> None:
 def test_jax_processes_chief_only_hooks_one_writer_and_a_stop_on_either_process(jax_pair):
     directory, results, _ = jax_pair
     assert results[0]["devices"] == 2  # one CPU device per process, DataParallel over both
-    check_chief_only_and_stops("jax", directory, results, make_model(layer_names=("dense", "dense_1")))
+    check_chief_only_and_stops(directory, results, make_model(layer_names=("dense", "dense_1")))
 
 
 @pytest.mark.slow
@@ -144,3 +144,33 @@ def test_jax_model_parallel_a_checkpoint_of_a_sharded_variable_is_refused_naming
 @pytest.mark.slow
 def test_jax_processes_a_hook_raising_on_one_process_ends_both_naming_it(jax_pair):
     check_error_ends_both(jax_pair[2])
+
+
+@pytest.fixture(scope="module")
+def torch_pair(tmp_path_factory):
+    return run_pair("torch", tmp_path_factory)
+
+
+@pytest.mark.slow
+def test_torch_ddp_chief_only_hooks_one_writer_and_a_stop_on_either_rank(torch_pair):
+    directory, results, _ = torch_pair
+    check_chief_only_and_stops(directory, results, make_model(layer_names=("dense", "dense_1")))
+
+
+@pytest.mark.slow
+def test_torch_ddp_hooks_see_each_ranks_own_loss_as_the_guides_loop_computes_it(torch_pair):
+    _, (chief, other), _ = torch_pair
+    for phase in ("stop0", "stop1"):
+        # The loss of the rank's own batch, exactly what the loop passed (the guide's loss.item()):
+        # it differs between the ranks, which read different halves of each global batch.
+        for rank in (chief, other):
+            assert [r[1] for r in rank[phase]["rows"]] == rank[phase]["passed"]
+        assert [r[1] for r in chief[phase]["rows"]] != pytest.approx([r[1] for r in other[phase]["rows"]])
+        # DDP kept the replicas in sync: the same weights on both ranks.
+        for mine, theirs in zip(chief[phase]["weights"], other[phase]["weights"], strict=True):
+            np.testing.assert_allclose(np.array(mine), np.array(theirs), rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_torch_ddp_a_hook_raising_on_one_rank_ends_both_naming_it(torch_pair):
+    check_error_ends_both(torch_pair[2])
