@@ -42,11 +42,11 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
     call hooks.end(session)                 # eval: log keys give evaluate()'s results
     close session, flush summary writers, give the model its own train_function
 
-The hooks of a run are, in one process, `chief_only_hooks` then `hooks`; under
-`tf.distribute` multi-worker training, `hooks` then, on the chief only,
-`chief_only_hooks`: the orders of `MonitoredTrainingSession(hooks, chief_only_hooks)`
-(its non-distributed path, and under the distribute coordinator). Outside
-multi-worker training every process is the chief.
+The hooks of a run are, in one process, `chief_only_hooks` then `hooks`; across
+several processes (tf.distribute workers, JAX processes, torch.distributed ranks;
+see `_cluster`), `hooks` then, on the chief only, `chief_only_hooks`: the orders
+of `MonitoredTrainingSession(hooks, chief_only_hooks)` (its non-distributed path,
+and under the distribute coordinator). One process alone is the chief.
 
 What `results` holds, per hook:
   * the structure of its fetches, leaf by leaf: a log key gives, as a numpy
