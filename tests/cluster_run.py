@@ -1,23 +1,24 @@
 """One process of a 2-process training job on localhost; run by test_cluster.py.
 
-    python cluster_run.py jax INDEX PORT DIRECTORY      (KERAS_BACKEND=jax)
+    python cluster_run.py jax INDEX PORT DIRECTORY PHASES      (KERAS_BACKEND=jax)
         Keras 3 on JAX across 2 processes: jax.distributed (gloo collectives on CPU)
         and keras.distribution.DataParallel over both processes' devices, fit() on
-        a tf.data.Dataset. Phases, in one pair of processes (each process start costs
-        seconds, so CI runs one pair):
+        a tf.data.Dataset. PHASES "main" runs phases 1 to 3 in one pair of processes
+        (each process start costs seconds), which exit 0; "error" runs phase 4 in a
+        pair of its own, which its error ends:
           1. chief-only hooks (a recorder, a step file, a CheckpointSaverHook) and a stop
              asked on process 0 alone;
           2. a new model, a stop asked on process 1 alone;
           3. ModelParallel (a kernel sharded across the processes): a chief-only
              CheckpointSaverHook is refused, naming the variable;
           4. a hook raising on process 1 alone: both processes end, the error propagates.
-    python cluster_run.py torch INDEX PORT DIRECTORY    (KERAS_BACKEND=torch)
+    python cluster_run.py torch INDEX PORT DIRECTORY PHASES    (KERAS_BACKEND=torch)
         keras.io's "Multi-GPU distributed training with PyTorch" loop on CPU with
         gloo (DistributedDataParallel, a DistributedSampler), hooks through
         HookCallback(optimizer=...). Phases 1, 2 and 4 as above.
 
 Each process writes DIRECTORY/result<INDEX>.json after phase 3 (JAX) or 2 (PyTorch),
-and DIRECTORY/error<INDEX>.txt with the error that ends phase 4.
+or DIRECTORY/error<INDEX>.txt with the error that ends phase 4.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def hooks_of(index: int, directory: str, stop_process: int, stop_step: int, chie
     return hooks, chief_only, seen, calls
 
 
-def jax_process(index: int, port: int, directory: str) -> None:
+def jax_process(index: int, port: int, directory: str, phases: str) -> None:
     import jax
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -137,6 +138,10 @@ def jax_process(index: int, port: int, directory: str) -> None:
     # Each process reads its own half of every global batch of 32 (Keras shards the dataset).
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
     result: dict = {"process": jax.process_index(), "processes": jax.process_count(), "devices": len(jax.devices())}
+    if phases == "error":
+        model = make_model(keras)
+        callback = HookCallback([RaiseOn(1, index, RAISE_AT)])
+        fit_until_error(directory, index, lambda: model.fit(dataset, epochs=1, verbose=0, callbacks=[callback]))
 
     def phase(name: str, stop_process: int, stop_step: int, chief_dir: str | None) -> None:
         model = make_model(keras)
@@ -178,16 +183,8 @@ def jax_process(index: int, port: int, directory: str) -> None:
     }
     write(os.path.join(directory, f"result{index}.json"), result)
 
-    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices()))
-    model = make_model(keras)
-    fit_until_error(
-        directory,
-        index,
-        lambda: model.fit(dataset, epochs=1, verbose=0, callbacks=[HookCallback([RaiseOn(1, index, RAISE_AT)])]),
-    )
 
-
-def torch_process(index: int, port: int, directory: str) -> None:
+def torch_process(index: int, port: int, directory: str, phases: str) -> None:
     import keras
     import torch
     import torch.distributed as dist
@@ -232,6 +229,8 @@ def torch_process(index: int, port: int, directory: str) -> None:
         callbacks.on_train_end()
         return model, optimizer, passed
 
+    if phases == "error":
+        fit_until_error(directory, index, lambda: train([RaiseOn(1, index, RAISE_AT)], []))
     for phase, stop_process, stop_step, chief_dir in (
         ("stop0", 0, STOP_0, os.path.join(directory, f"chief{index}")),
         ("stop1", 1, STOP_1, None),
@@ -246,7 +245,7 @@ def torch_process(index: int, port: int, directory: str) -> None:
             "weights": [w.tolist() for w in model.get_weights()],
         }
     write(os.path.join(directory, f"result{index}.json"), result)
-    fit_until_error(directory, index, lambda: train([RaiseOn(1, index, RAISE_AT)], []))
+    dist.destroy_process_group()
 
 
 def fit_until_error(directory: str, index: int, run) -> None:
@@ -267,10 +266,10 @@ def write(path: str, value) -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    engine, index, port, directory = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    engine, index, port, directory, phases = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:6]
     if engine == "jax":
-        jax_process(index, port, directory)
+        jax_process(index, port, directory, phases)
     elif engine == "torch":
-        torch_process(index, port, directory)
+        torch_process(index, port, directory, phases)
     else:
         raise SystemExit(f"unknown engine {engine!r}; expected jax or torch")

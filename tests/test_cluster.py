@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 
 import cluster_run
 import numpy as np
@@ -23,16 +26,12 @@ from hooks2callbacks._cluster import Cluster, cluster_of
 RUN = cluster_run.__file__
 
 
-def start_pair(engine: str, directory, **env: str) -> list:
-    import os
-    import subprocess
-    import sys
-
+def start_pair(engine: str, directory, phases: str) -> list:
     (port,) = free_ports(1)
     return [
         subprocess.Popen(
-            [sys.executable, RUN, engine, str(index), str(port), str(directory)],
-            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND=engine, **env),
+            [sys.executable, RUN, engine, str(index), str(port), str(directory), phases],
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND=engine),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -42,25 +41,26 @@ def start_pair(engine: str, directory, **env: str) -> list:
     ]
 
 
-def run_pair(engine: str, tmp_path_factory) -> tuple:
+def run_pairs(engine: str, tmp_path_factory) -> tuple:
+    """Runs the engine's two pairs of processes side by side: phases 1 to 3, and the error of phase 4."""
     if importlib.util.find_spec(engine) is None:
         pytest.skip(f"needs the {engine!r} package: pip install '.[backends]' (CI does)")
     directory = tmp_path_factory.mktemp(engine)
-    processes = start_pair(engine, directory)
-    outputs = finish(processes)
-    results = []
-    for index, (process, output) in enumerate(zip(processes, outputs, strict=True)):
-        # Phase 4 ends each process with the error of a hook on process 1.
+    main, error = start_pair(engine, directory, "main"), start_pair(engine, directory, "error")
+    outputs = finish(main + error)
+    for process, output in zip(main, outputs[:2], strict=True):
+        assert process.returncode == 0, output[-5000:]  # the stops ended both processes normally
+    for process, output in zip(error, outputs[2:], strict=True):
+        # A hook's error on process 1 ended both processes, within finish()'s timeout.
         assert process.returncode == 1, output[-5000:]
-        assert (directory / f"result{index}.json").exists(), output[-5000:]
-        results.append(json.loads((directory / f"result{index}.json").read_text()))
+    results = [json.loads((directory / f"result{index}.json").read_text()) for index in range(2)]
     errors = [(directory / f"error{i}.txt").read_text() for i in range(2)]
     return directory, results, errors
 
 
 @pytest.fixture(scope="module")
 def jax_pair(tmp_path_factory):
-    return run_pair("jax", tmp_path_factory)
+    return run_pairs("jax", tmp_path_factory)
 
 
 def test_one_process_alone_is_the_chief_and_agrees_with_itself():
@@ -75,7 +75,7 @@ def check_chief_only_and_stops(directory, results, restored_model) -> None:
     chief, other = results
     assert (chief["process"], other["process"], chief["processes"]) == (0, 1, 2)
     for phase, last in (("stop0", cluster_run.STOP_0), ("stop1", cluster_run.STOP_1)):
-        # Asked on one process alone; both ended after the same step, and exited (see run_pair).
+        # Asked on one process alone; both ended after the same step, and exited 0 (see run_pairs).
         assert chief[phase]["iterations"] == other[phase]["iterations"] == last + 1, phase
         assert [r[0] for r in chief[phase]["rows"]] == [r[0] for r in other[phase]["rows"]] == list(range(last + 1))
         # Every process runs `hooks`; the chief runs chief_only_hooks too, after them (as the
@@ -101,7 +101,7 @@ def check_chief_only_and_stops(directory, results, restored_model) -> None:
 
 
 def check_error_ends_both(errors) -> None:
-    """A hook raising on process 1 alone: both processes end with an error naming it (exit 1, see run_pair)."""
+    """A hook raising on process 1 alone: both processes end with an error naming it (exit 1, see run_pairs)."""
     raised, told = errors[1], errors[0]
     assert "ValueError: RaiseOn: a local check failed" in raised and "Process 1 of 2" in raised
     assert "RuntimeError" in told and "process 1: Raised in RaiseOn.after_run()" in told
@@ -148,7 +148,7 @@ def test_jax_processes_a_hook_raising_on_one_process_ends_both_naming_it(jax_pai
 
 @pytest.fixture(scope="module")
 def torch_pair(tmp_path_factory):
-    return run_pair("torch", tmp_path_factory)
+    return run_pairs("torch", tmp_path_factory)
 
 
 @pytest.mark.slow
