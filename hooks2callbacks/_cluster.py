@@ -259,21 +259,32 @@ def _torch_world() -> int:
     return int(dist.get_world_size()) if dist.is_available() and dist.is_initialized() else 1
 
 
-def cluster_of(model: Any) -> Cluster:
+def cluster_of(model: Any, previous: Cluster | None = None) -> Cluster:
     """Returns the cluster that `model` trains in.
 
     In order: a multi-worker `tf.distribute` strategy; several `jax.distributed`
     processes (on the JAX backend); an initialized `torch.distributed` group of
     several ranks; otherwise one process, the chief unless its strategy says not.
+
+    Args:
+        model: The Keras model being trained.
+        previous: The cluster of this callback's previous run: returned again when
+            it is the same engine in the same strategy, so that its compiled
+            collective (a `tf.function`, a jitted sum) is not built again each run.
     """
     strategy = strategy_of(model)
+    kind: type[Cluster]
     if is_multi_worker(strategy):
-        return TFDistributeCluster(strategy)
-    import keras  # pylint: disable=import-outside-toplevel
+        kind = TFDistributeCluster
+    else:
+        import keras  # pylint: disable=import-outside-toplevel
 
-    backend = keras.backend.backend() if hasattr(keras, "backend") else "tensorflow"
-    if backend == "jax" and _jax_processes() > 1:
-        return JaxCluster(strategy)
-    if _torch_world() > 1:
-        return TorchCluster(strategy)
-    return Cluster(strategy, chief=bool(strategy.extended.should_checkpoint))
+        if keras.backend.backend() == "jax" and _jax_processes() > 1:
+            kind = JaxCluster
+        elif _torch_world() > 1:
+            kind = TorchCluster
+        else:
+            return Cluster(strategy, chief=bool(strategy.extended.should_checkpoint))
+    if previous is not None and type(previous) is kind and previous.strategy is strategy:
+        return previous
+    return kind(strategy)

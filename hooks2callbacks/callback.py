@@ -383,6 +383,7 @@ class HookCallback(keras.callbacks.Callback):
         self._pending: str | None = None  # the mode of a run whose hooks have not begun yet
         self._loop: FrameType | None = None  # and its Keras loop (see `_runs`)
         self._cluster: Cluster | None = None  # where several processes must agree on each step
+        self._last_cluster: Cluster | None = None  # kept across runs: its collective is compiled once
         self._failure: Exception | None = None  # a hook's error held until the processes agree
         self._stopped = False
         self._in_fit = False
@@ -491,7 +492,7 @@ class HookCallback(keras.callbacks.Callback):
 
     def _make_runner(self, mode: str, steps: bool, loop: FrameType | None, lent: bool) -> None:
         model = self.model
-        cluster = cluster_of(model)
+        cluster = self._last_cluster = cluster_of(model, self._last_cluster)
         strategy = cluster.strategy
         chief = cluster.is_chief if self.is_chief is None else self.is_chief
         # As MonitoredTrainingSession orders them: in one process chief_only_hooks come
