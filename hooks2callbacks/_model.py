@@ -50,6 +50,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from hooks2callbacks._cluster import sharded_across_processes
 from hooks2callbacks._graph import Unsealed
 from hooks2callbacks._seams import (
     context,
@@ -86,7 +87,13 @@ def read_variable(variable: Any, model: Any = None) -> Any:
         value = variable.value if isinstance(variable, keras.Variable) else variable
         if isinstance(value, tf.Variable):
             return np.asarray(value.numpy())
-        return keras.ops.convert_to_numpy(variable)
+        try:
+            return keras.ops.convert_to_numpy(variable)
+        except RuntimeError as error:
+            refusal = sharded_across_processes(variable)
+            if refusal is None:
+                raise
+            raise refusal from error
 
 
 def write_variable(variable: Any, value: Any, model: Any = None) -> None:

@@ -43,11 +43,11 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
     call hooks.end(session)                 # eval: log keys give evaluate()'s results
     close session, flush summary writers, give the model its own train_function
 
-The hooks of a run are, in one process, `chief_only_hooks` then `hooks`; under
-`tf.distribute` multi-worker training, `hooks` then, on the chief only,
-`chief_only_hooks`: the orders of `MonitoredTrainingSession(hooks, chief_only_hooks)`
-(its non-distributed path, and under the distribute coordinator). Outside
-multi-worker training every process is the chief.
+The hooks of a run are, in one process, `chief_only_hooks` then `hooks`; across
+several processes (tf.distribute workers, JAX processes, torch.distributed ranks;
+see `_cluster`), `hooks` then, on the chief only, `chief_only_hooks`: the orders
+of `MonitoredTrainingSession(hooks, chief_only_hooks)` (its non-distributed path,
+and under the distribute coordinator). One process alone is the chief.
 
 What `results` holds, per hook:
   * the structure of its fetches, leaf by leaf: a log key gives, as a numpy
@@ -71,9 +71,14 @@ On stop: the step that requested it is the last the hooks see; Keras still
 finishes the epoch's bookkeeping (`on_epoch_end`, validation) and then `end()`
 runs. tf_keras cannot stop `evaluate()` or `predict()` early: there the loop runs
 on, but the hooks see no further batch. Under multi-worker training, a stop
-requested on any worker (a chief-only hook, or a hook that reads a local clock)
-stops every worker after that same step: the flags are all-reduced at every
-train batch end, so no worker is left waiting in an all-reduce.
+requested on any process (a chief-only hook, or a hook that reads a local clock)
+stops every process after that same step: each batch end, the processes share
+their outcomes with one tiny collective (`_cluster`: tf.distribute's workers,
+JAX processes, torch.distributed ranks), so none is left waiting in an
+all-reduce. A hook that raises on one process ends every process after that
+step (its error is held until the step's collective; an error from
+before_run comes after the step ran): the others raise a RuntimeError naming
+the process and the hook.
 
 On error: an exception raised by a hook propagates unchanged, with a note that
 names the hook and method. As in TF1, `after_run` of the failing step and all
@@ -116,8 +121,8 @@ import tensorflow as tf
 
 from hooks2callbacks import _runs
 from hooks2callbacks._batch import loss_keys
+from hooks2callbacks._cluster import GO_ON, RAISED, STOP, Cluster, cluster_of, is_default
 from hooks2callbacks._dispatch import HookRunner, Hooks, as_hook_list, is_factory, steps_per_execution
-from hooks2callbacks._distribute import StopAgreement, is_chief, is_default, is_multi_worker, strategy_of
 from hooks2callbacks._graph import OP_NAME, log_key_of
 from hooks2callbacks._model import (
     LoopState,
@@ -271,9 +276,10 @@ class HookCallback(keras.callbacks.Callback):
             write files (checkpoints, summaries, step counters). Defaults to none.
             A sequence or a factory, as `hooks`.
         is_chief: Whether this process is the chief. Defaults to `None`: ask the
-            model's `tf.distribute` strategy (only a non-chief worker of
-            `MultiWorkerMirroredStrategy` is not the chief). Set it when the
-            workers are organised outside `tf.distribute` (JAX, PyTorch).
+            cluster (`hooks2callbacks._cluster`): a non-chief worker of
+            `MultiWorkerMirroredStrategy`, a `jax.distributed` process other
+            than 0 and a `torch.distributed` rank other than 0 are not the
+            chief; one process alone is. Set it to organise processes otherwise.
         values: What a log key's value is for the hooks. `"batch"`: the loss
             and each metric's value on that batch alone, as a TF1 tensor held
             it; Keras's step computes them alongside its own logs.
@@ -349,7 +355,7 @@ class HookCallback(keras.callbacks.Callback):
             )
         if is_chief is not None and not isinstance(is_chief, bool):
             raise TypeError(
-                f"HookCallback(is_chief=...) must be True, False or None (ask tf.distribute), "
+                f"HookCallback(is_chief=...) must be True, False or None (ask the cluster), "
                 f"got {is_chief!r} of type {type(is_chief).__name__}."
             )
         self.hooks: Hooks = _hooks_argument(hooks, "hooks")
@@ -380,7 +386,9 @@ class HookCallback(keras.callbacks.Callback):
         self._runner: HookRunner | None = None
         self._pending: str | None = None  # the mode of a run whose hooks have not begun yet
         self._loop: FrameType | None = None  # and its Keras loop (see `_runs`)
-        self._agreement: StopAgreement | None = None
+        self._cluster: Cluster | None = None  # where several processes must agree on each step
+        self._last_cluster: Cluster | None = None  # kept across runs: its collective is compiled once
+        self._failure: Exception | None = None  # a hook's error held until the processes agree
         self._stopped = False
         self._in_fit = False
         self._reads_step = False
@@ -446,6 +454,7 @@ class HookCallback(keras.callbacks.Callback):
         self._pending = mode
         self._loop = loop
         self._stopped = False
+        self._cluster, self._failure = None, None
         self._warned_idle = False
         self._copies, self._echo = 1, 0
 
@@ -487,28 +496,28 @@ class HookCallback(keras.callbacks.Callback):
 
     def _make_runner(self, mode: str, steps: bool, loop: FrameType | None, lent: bool) -> None:
         model = self.model
-        strategy = strategy_of(model)
-        chief = is_chief(strategy) if self.is_chief is None else self.is_chief
+        cluster = self._last_cluster = cluster_of(model, self._last_cluster)
+        strategy = cluster.strategy
+        chief = cluster.is_chief if self.is_chief is None else self.is_chief
         # As MonitoredTrainingSession orders them: in one process chief_only_hooks come
         # first (its non-distributed path); under the distribute coordinator, after hooks.
         if not chief:
             hooks: tuple[Hooks, ...] = (self.hooks,)
-        elif is_multi_worker(strategy):
+        elif cluster.several:
             hooks = (self.hooks, self.chief_only_hooks)
         else:
             hooks = (self.chief_only_hooks, self.hooks)
-        # Only training can be cut short, so only training must agree on it.
-        if mode == "train" and is_multi_worker(strategy):
-            if self._agreement is None or self._agreement.strategy is not strategy:
-                self._agreement = StopAgreement(strategy)
-        else:
-            self._agreement = None
+        # Every process leaves the loop after the same step. tf_keras cannot stop
+        # evaluate() or predict() (its loops run on), so there only training agrees;
+        # Keras 3's loops (JAX) and a loop of the user's own (PyTorch) stop in any mode.
+        agrees = cluster.several and (mode == "train" or cluster.engine != "tf.distribute")
+        self._cluster = cluster if agrees else None
         if mode == "train":
             _build_optimizer(model, strategy)  # on every worker alike: its variables are collective
         # Across workers, the hooks' graph cannot run in the strategy: its session
         # is local to this worker, and the strategy's ops are collectives placed
         # on the cluster's devices.
-        across_workers = is_multi_worker(strategy)
+        across_workers = cluster.engine == "tf.distribute"
         # Where a batch callback need not mean one update, the step is read from the optimizer.
         self._reads_step = mode == "train" and (
             steps_per_execution(model) != 1 or accumulation_steps(optimizer_of(model)) != 1
@@ -599,13 +608,20 @@ class HookCallback(keras.callbacks.Callback):
     def _batch_begin(self, batch: int) -> None:
         if self._copies != 1 and self._repeat():
             return
-        if self._pending is not None:
-            self._begin(self._pending)
-        runner = self._runner
-        if runner is not None and not self._stopped:
-            runner.before_run()
-        else:
-            self._idle_batch()
+        try:
+            if self._pending is not None:
+                self._begin(self._pending)
+            runner = self._runner
+            if runner is not None and not self._stopped:
+                runner.before_run()
+            else:
+                self._idle_batch()
+        except Exception as error:
+            if self._cluster is None or self._runner is None:
+                raise
+            # The other processes are about to run this step, whose collectives need this
+            # process too: it runs the step, and the error ends every process after it.
+            self._failure = error
 
     def _idle_batch(self) -> None:
         """A batch whose hooks do not run: says why once a run, where a loop may not know."""
@@ -632,8 +648,25 @@ class HookCallback(keras.callbacks.Callback):
         if self._copies != 1 and self._repeat():
             return
         runner = self._runner
+        failure, self._failure = self._failure, None
         if runner is None or self._stopped:
             return
+        stop = False
+        if failure is None:
+            try:
+                stop = self._after_run(runner, logs, mode)
+            except Exception as error:
+                if self._cluster is None:
+                    raise
+                failure = error
+        if self._cluster is not None:
+            stop = self._agree(self._cluster, stop, failure)
+        if stop:
+            # The hooks' loop is over even where Keras cannot stop (tf_keras's evaluate).
+            self._stopped = True
+            setattr(self.model, _STOP_ATTRIBUTE[mode], True)
+
+    def _after_run(self, runner: HookRunner, logs: Any, mode: str) -> bool:
         if mode == "predict" and logs:
             # Keras before 3.12 hands callbacks the predicted batch as backend tensors
             # (later Keras as numpy arrays, as a TF1 session.run returned them).
@@ -646,13 +679,30 @@ class HookCallback(keras.callbacks.Callback):
                 logs["outputs"] = dict(logs)
             if runner.graph.batch_names:
                 logs.update(prediction_logs(logs["outputs"], self.model))
-        stop = runner.after_run(logs or {}, global_step_of(self.model) if self._reads_step else None)
-        if self._agreement is not None:
-            stop = self._agreement(stop)
-        if stop:
-            # The hooks' loop is over even where Keras cannot stop (tf_keras's evaluate).
-            self._stopped = True
-            setattr(self.model, _STOP_ATTRIBUTE[mode], True)
+        return runner.after_run(logs or {}, global_step_of(self.model) if self._reads_step else None)
+
+    def _agree(self, cluster: Cluster, stop: bool, failure: Exception | None) -> bool:
+        """The step's outcome on every process: whether to stop; raises where any hook raised.
+
+        One collective per step; a second, only after an error, shares its text, so that
+        every process ends after this same step, naming the process and the hook.
+        """
+        outcomes = cluster.agree(RAISED if failure is not None else STOP if stop else GO_ON)
+        if RAISED not in outcomes:
+            return STOP in outcomes
+        texts = cluster.share_error(None if failure is None else _error_text(failure, self._writer()))
+        if failure is not None:
+            if hasattr(failure, "add_note"):
+                failure.add_note(
+                    f"Process {cluster.index} of {cluster.count} ({cluster.engine}); HookCallback told the "
+                    "other processes, which end after this same step with an error naming this one."
+                )
+            raise failure
+        raised = "; ".join(f"process {i}: {texts[i]}" for i, outcome in enumerate(outcomes) if outcome == RAISED)
+        raise RuntimeError(
+            f"{self!r}: a hook raised on another process of this {cluster.engine} job, so this process "
+            f"(process {cluster.index} of {cluster.count}) ends too, after the same step. {raised}"
+        )
 
     # -- Keras events ------------------------------------------------------------
 
@@ -729,6 +779,13 @@ _ACROSS_WORKERS = (
     "MirroredStrategy (one worker); across workers, use the stop agreement of HookCallback (a "
     "stop requested on any worker stops all)."
 )
+
+
+def _error_text(error: BaseException, caller: str) -> str:
+    """What another process says of `error`: its type, its message and the hook method that raised it."""
+    notes = [n for n in getattr(error, "__notes__", ()) if n.startswith("Raised in ")]
+    where = notes[0] if notes else f"Raised in {caller}, called by HookCallback."
+    return f"{where} {type(error).__name__}: {error}"
 
 
 def _describe(hooks: Hooks) -> str:

@@ -334,14 +334,30 @@ def worker(hook_dir: str, result_path: str) -> None:
     keras_loss: list = []
     recorder = K.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs=None: keras_loss.append(logs["loss"]))
     model.fit(dataset, epochs=3, verbose=0, callbacks=[recorder, callback])
+    from hooks2callbacks._cluster import cluster_of
+
+    cluster = cluster_of(model)
+    trained = iterations(model)
+    # A hook raising on worker 1 alone: every worker's fit raises after the same step.
+    from cluster_run import RaiseOn
+
+    try:
+        model.fit(dataset, epochs=1, verbose=0, callbacks=[HookCallback([RaiseOn(1, task, WORKER_STOP_STEP + 2)])])
+    except Exception as error:  # noqa: BLE001 - recorded for the test to read
+        raised = f"{type(error).__name__}: {error}"
+    else:
+        raised = None
     write(
         result_path,
         {
             "task": task,
+            "cluster": [cluster.engine, cluster.index, cluster.count, cluster.is_chief],
             "calls": calls,
-            "iterations": iterations(model),
+            "iterations": trained,
             "hook_loss": hooks[0].results,
             "keras_loss": keras_loss,
+            "raised": raised,
+            "raised_iterations": iterations(model),
         },
     )
 

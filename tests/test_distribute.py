@@ -159,9 +159,17 @@ def test_multi_worker_chief_only_hooks_and_a_stop_on_one_worker(tmp_path):
         assert process.returncode == 0, output[-5000:]
     chief, other = (json.loads((tmp_path / f"result{i}.json").read_text()) for i in range(2))
 
+    # The cluster module's tf.distribute engine: worker 0 of 2 is the chief.
+    assert chief["cluster"] == ["tf.distribute", 0, 2, True] and other["cluster"] == ["tf.distribute", 1, 2, False]
     # Worker 1 alone asked to stop after step 3; both stopped there, neither hung.
     last = distributed_run.WORKER_STOP_STEP
     assert chief["iterations"] == other["iterations"] == last + 1
+    # A second fit, where a hook raises on worker 1 alone at (stale) step 5: both fits raised
+    # after that same step, the other worker's naming the hook.
+    assert chief["raised_iterations"] == other["raised_iterations"] == last + 3
+    assert other["raised"].startswith("ValueError: RaiseOn: a local check failed at step 5")
+    assert "process 1: Raised in RaiseOn.after_run()" in chief["raised"]
+    assert "this process (process 0 of 2) ends too" in chief["raised"]
     # Each batch's own loss over the global batch: the same on both workers, and at
     # the first step (a running mean of one batch) Keras's own value.
     assert chief["hook_loss"] == other["hook_loss"] and len(chief["hook_loss"]) == last + 1
