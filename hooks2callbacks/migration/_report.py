@@ -1,0 +1,119 @@
+"""The report of `check_migration`: each `Difference`, and the `MigrationReport` that holds them."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Difference:
+    """One thing a hook saw or did differently under Keras than under TF1.
+
+    Attributes:
+        hook: The hook, as `"<index> <class>"` (its place in the factory's list),
+            or `"(run)"` for the run itself (the step it stopped at, an error).
+        method: The hook method (`"after_run"`), or `"files"`, `"run"`.
+        step: The session run it happened in (0 for the first), or None for
+            `begin`, `after_create_session` and the run itself.
+        key: What differs: `"calls"`, `"returned"`, `"results['loss']"`,
+            `"request_stop"`, `"log[0]"`, `"summary 'loss'"`,
+            `"checkpoint model.ckpt-10"`, `"file <path>"`, `"stopped at"`, `"error"`.
+        tf1: The TF1 side's value (`None` where it had none).
+        keras: The Keras side's value.
+        kind: What kind of difference: `"calls"`, `"value"`, `"type"`, `"dtype"`,
+            `"shape"`, `"missing"` (on one side only), `"stop"`, `"error"`.
+        hint: A known cause, where one fits, with its fix; else None.
+    """
+
+    hook: str
+    method: str
+    step: int | None
+    key: str
+    tf1: Any
+    keras: Any
+    kind: str
+    hint: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.method}" + ("" if self.step is None else f" step {self.step}")
+        text = f"{where} {self.key}: TF1 {_short(self.tf1)}, Keras {_short(self.keras)} ({self.kind})"
+        return text + (f"\n      hint: {self.hint}" if self.hint else "")
+
+
+@dataclasses.dataclass
+class MigrationReport:
+    """What `check_migration` found; `print()` it for a table, `assert_ok()` it in a test.
+
+    Attributes:
+        mode: The mode checked.
+        ok: True when every hook saw and did the same on both sides.
+        differences: Every difference found, per hook in the order they happened.
+        hooks: The hooks compared, as `"<index> <class>"`.
+        compared: Per hook, how many items of each kind were compared (calls,
+            values, log lines, summaries, checkpoints, files).
+        steps: The session runs each side made: `{"tf1": n, "keras": m}`.
+        not_compared: What was not compared, and why.
+        notes: What else the check found (the restore's notes, a shuffled dataset).
+        keras_error: The exception the Keras side raised (also an `error`
+            difference), with its traceback; None when it ran through.
+    """
+
+    mode: str
+    differences: list[Difference]
+    hooks: list[str]
+    compared: dict[str, dict[str, int]]
+    steps: dict[str, int]
+    not_compared: list[str]
+    notes: list[str]
+    keras_error: BaseException | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    def __str__(self) -> str:
+        found = {d.hook for d in self.differences}
+        head = (
+            f"check_migration ({self.mode}): "
+            + ("OK, every hook saw and did the same" if self.ok else f"{len(self.differences)} differences")
+            + f"; session runs: TF1 {self.steps.get('tf1')}, Keras {self.steps.get('keras')}"
+        )
+        kinds = ("calls", "values", "lines", "summaries", "checkpoints", "files")
+        rows = [["hook", *kinds, "first difference"]]
+        for hook in self.hooks:
+            counts = self.compared.get(hook, {})
+            first = next((d for d in self.differences if d.hook == hook), None)
+            rows.append([hook, *(str(counts.get(k, 0)) for k in kinds), "-" if first is None else str(first)])
+        for hook in sorted(found - set(self.hooks)):
+            first = next(d for d in self.differences if d.hook == hook)
+            rows.append([hook, *("" for _ in kinds), str(first)])
+        widths = [max(len(r[i].split("\n")[0]) for r in rows) for i in range(len(kinds) + 1)]
+        lines = [head, ""]
+        for row in rows:
+            cells = [c.ljust(w) for c, w in zip(row, widths, strict=False)]
+            lines.append("  ".join([*cells, row[-1]]).rstrip())
+        for title, items in (("Not compared:", self.not_compared), ("Notes:", self.notes)):
+            if items:
+                lines += ["", title, *(f"  - {item}" for item in items)]
+        return "\n".join(lines)
+
+    def assert_ok(self) -> None:
+        """Raises AssertionError with the report's table unless every hook saw and did the same.
+
+        Raises:
+            AssertionError: There is a difference.
+        """
+        if not self.ok:
+            shown = "\n".join(f"  {d.hook}: {d}" for d in self.differences[:20])
+            more = f"\n  ... and {len(self.differences) - 20} more" if len(self.differences) > 20 else ""
+            raise AssertionError(f"{self}\n\nAll differences:\n{shown}{more}") from self.keras_error
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, np.ndarray) and value.size > 6:
+        return f"array(shape={value.shape}, dtype={value.dtype}, first={value.ravel()[:3].tolist()}...)"
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."

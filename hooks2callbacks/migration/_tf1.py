@@ -1,0 +1,140 @@
+"""The TF1 side: the graph built from the `model_fn`, run under a real `MonitoredSession`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from hooks2callbacks._estimator import ModeKeys
+from hooks2callbacks.migration._record import _call_factory, _Side, _wrap
+
+_TF1_MODE = {"train": ModeKeys.TRAIN, "eval": ModeKeys.EVAL, "predict": ModeKeys.PREDICT}
+
+
+class _Tf1Run:
+    """The TF1 graph built from model_fn; its initial values written to `prefix`."""
+
+    def __init__(self, model_fn: Any, batches: list[tuple[Any, Any]], mode: str, params: Any) -> None:
+        self.graph = tf.Graph()
+        self.batches = batches
+        self.mode = mode
+        with self.graph.as_default():
+            v1 = tf.compat.v1
+            # As Estimator made it: a ref variable in GLOBAL_STEP, and the read hooks take.
+            self.global_step = v1.get_variable(
+                "global_step",
+                [],
+                tf.int64,
+                v1.zeros_initializer(),
+                trainable=False,
+                use_resource=False,
+                collections=[v1.GraphKeys.GLOBAL_VARIABLES, v1.GraphKeys.GLOBAL_STEP],
+            )
+            from tensorflow.python.training import training_util  # pylint: disable=import-outside-toplevel
+
+            read = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
+            features, labels = self._inputs()
+            # The step's read happens before the increment, so hooks see the stale step as the
+            # stock hooks assume (Estimator left it to the scheduler).
+            with tf.control_dependencies([read]), _legacy_layers():
+                spec = model_fn(features=features, labels=labels, mode=_TF1_MODE[mode], params=params or {})
+            self.fetches = self._fetches(spec)
+            self.trainable = [v.op.name for v in v1.trainable_variables()]
+            self.adam = any(v.op.name.endswith("/Adam") for v in v1.global_variables())
+            self.saver = v1.train.Saver(v1.global_variables(), max_to_keep=None)
+
+    def _inputs(self) -> tuple[Any, Any]:
+        features, labels = self.batches[0]
+        pairs = labels is not None and self.mode != "predict"
+        first = (features, labels) if pairs else features
+
+        def signature(a: Any) -> tf.TensorSpec:
+            a = np.asarray(a)
+            return tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype))
+
+        def generate() -> Iterator[Any]:
+            for f, y in self.batches:
+                yield (f, y) if pairs else f
+
+        dataset = tf.data.Dataset.from_generator(generate, output_signature=tf.nest.map_structure(signature, first))
+        element = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+        return element if pairs else (element, None)
+
+    def _fetches(self, spec: Any) -> Any:
+        mode = self.mode
+        loss = getattr(spec, "loss", None)
+        if mode == "train":
+            if loss is None or getattr(spec, "train_op", None) is None:
+                raise ValueError(
+                    f"check_migration(model_fn=...): in train mode the model_fn must return an EstimatorSpec "
+                    f"with a loss and a train_op (as Estimator required), got loss={loss!r}, "
+                    f"train_op={getattr(spec, 'train_op', None)!r}. Return "
+                    "EstimatorSpec(mode, loss=loss, train_op=optimizer.minimize(loss, global_step))."
+                )
+            return spec.train_op
+        if mode == "eval":
+            if loss is None:
+                raise ValueError(
+                    f"check_migration(model_fn=...): in eval mode the model_fn must return an EstimatorSpec "
+                    f"with a loss (as Estimator required), got {spec!r}."
+                )
+            updates = [value[1] for value in (getattr(spec, "eval_metric_ops", None) or {}).values()]
+            return [loss, *updates]
+        predictions = getattr(spec, "predictions", None)
+        if predictions is None:
+            raise ValueError(
+                f"check_migration(model_fn=...): in predict mode the model_fn must return an EstimatorSpec "
+                f"with predictions, got {spec!r}."
+            )
+        return predictions
+
+    def save_initial(self, directory: str) -> str:
+        with self.graph.as_default(), tf.compat.v1.Session(graph=self.graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            return str(self.saver.save(session, os.path.join(directory, "initial.ckpt"), write_meta_graph=False))
+
+    def run(self, factory: Callable[[], Any], side: _Side, steps: int | None, prefix: str) -> None:
+        with self.graph.as_default():
+            hooks = [_wrap(h, i, side) for i, h in enumerate(_call_factory(factory, "TF1"))]
+            scaffold = tf.compat.v1.train.Scaffold(init_fn=lambda _, session: self.saver.restore(session, prefix))
+            creator = tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold)
+            limit = len(self.batches) if steps is None else steps
+            with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=hooks) as session:
+                while side.step < limit and not session.should_stop():
+                    session.run(self.fetches)
+                    side.step += 1
+
+
+@contextlib.contextmanager
+def _legacy_layers() -> Iterator[None]:
+    """`tf.compat.v1.layers` as tf_keras's legacy layers, for a model_fn that builds with them.
+
+    Under Keras 3, TensorFlow's `tf.compat.v1.layers` raises "not available with
+    Keras 3"; tf_keras (`pip install tf-keras`) still has them, as TF1 had them.
+    """
+    v1 = tf.compat.v1
+    try:
+        v1.layers.dense  # noqa: B018  # TF's lazy loader raises here under Keras 3
+        yield
+        return
+    except AttributeError:
+        pass
+    try:
+        from tf_keras.api._v1.keras.__internal__.legacy import layers  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        yield  # the model_fn fails on its own line, with TF's message
+        return
+    previous = v1.__dict__.get("layers")
+    v1.layers = layers
+    try:
+        yield
+    finally:
+        if previous is None:
+            del v1.layers
+        else:
+            v1.layers = previous
