@@ -35,7 +35,7 @@ from typing import Any
 from hooks2callbacks._checkpoint import restore_tf1_checkpoint
 from hooks2callbacks._dispatch import is_factory
 from hooks2callbacks.callback import HookCallback
-from hooks2callbacks.migration._compare import _Compare, _report
+from hooks2callbacks.migration._compare import _Compare, _report_in_orders
 from hooks2callbacks.migration._data import _batches, _check_inputs, _kind
 from hooks2callbacks.migration._hints import _hints, _op_names
 from hooks2callbacks.migration._keras import _counting, _run_keras
@@ -186,13 +186,21 @@ def check_migration(
         callback = HookCallback(_counting(hooks, sides["keras"]), mode=mode, names=names, values=values)
         with _logs_captured(), _summaries_recorded():
             _run_side(sides["tf1"], lambda: tf1_run.run(hooks, sides["tf1"], steps, prefix))
+            if sides["tf1"].races:
+                # TF1 left an order to its scheduler: run its side again in the other order, on a
+                # graph of its own (the first one is finalized), so both orders it allowed are known.
+                after_run = _Tf1Run(model_fn, batches, mode, params)
+                sides["tf1 after"] = after = _Side("tf1 after", os.path.join(work, "tf1-after"))
+                os.makedirs(after.root)
+                _run_side(after, lambda: after_run.run(hooks, after, steps, prefix, order=1))
             try:
                 _run_side(sides["keras"], lambda: _run_keras(keras_model, batches, mode, callback, sides["keras"]))
             except Exception as error:  # noqa: BLE001  # a finding: reported, with its type and message
                 sides["keras"].error = error
         for side in sides.values():
             _file_items(side)
-        report = _report(mode, sides["tf1"], sides["keras"], _Compare(rtol, atol), not_compared, notes)
+        tf1_sides = [sides["tf1"], *([sides["tf1 after"]] if "tf1 after" in sides else [])]
+        report = _report_in_orders(mode, tf1_sides, sides["keras"], _Compare(rtol, atol), not_compared, notes)
     report.differences = _hints(
         report.differences, sides["tf1"], sides["keras"], dict(_op_names(names)), tf1_run.adam, keras_model, shuffled
     )

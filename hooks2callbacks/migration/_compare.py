@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 import numpy as np
 
+from hooks2callbacks.migration._races import ORDERS
 from hooks2callbacks.migration._record import _NUMBER, _Event, _Side, _Time, _untimed
 from hooks2callbacks.migration._report import Difference, MigrationReport
 
@@ -175,3 +177,50 @@ def _report(
         notes,
         keras.error,
     )
+
+
+def _report_in_orders(
+    mode: str, tf1_sides: list[_Side], keras: _Side, compare: _Compare, not_compared: list[str], notes: list[str]
+) -> MigrationReport:
+    """The report against the TF1 run in each order TF1 allowed (`_races`): per hook, the order Keras matched.
+
+    A hook whose fetch raced is compared with the TF1 run in each order, from
+    its first step to its last, and judged by the one it matched (by the one
+    with fewer differences where it matched neither): TF1 could have given
+    either run, never a mix of the two within one hook's record as Keras saw it.
+    """
+    reports = [_report(mode, side, keras, compare, not_compared, notes) for side in tf1_sides]
+    report = reports[0]
+    races = tf1_sides[0].races
+    if len(reports) == 1 or not races:
+        return report
+    differences = [d for d in report.differences if d.hook not in report.hooks]
+    compared: dict[str, dict[str, int]] = {}
+    for hook in report.hooks:
+        per_order = [[d for d in r.differences if d.hook == hook] for r in reports]
+        chosen = min(range(len(reports)), key=lambda i: len(per_order[i]))
+        compared[hook] = reports[chosen].compared.get(hook, {})
+        racing = [race for (name, _), race in races.items() if name == hook]
+        if racing:
+            matched = (
+                f"the Keras side matched {ORDERS[chosen]!r} at every step"
+                if not per_order[chosen]
+                else f"the Keras side matched neither order (compared with {ORDERS[chosen]!r}, the nearer)"
+            )
+            report.nondeterminism += [f"{race}; {matched}" for race in racing]
+            racy_keys = {race.key for race in racing}
+            per_order[chosen] = [
+                dataclasses.replace(
+                    d,
+                    hint="TF1 read this value unordered with the run's write (TF1's own nondeterminism, listed "
+                    "below): the Keras side gave neither the value read before the write nor the one read after "
+                    "it, consistently.",
+                )
+                if d.key in racy_keys
+                else d
+                for d in per_order[chosen]
+            ]
+        differences += per_order[chosen]
+    report.differences = differences
+    report.compared = compared
+    return report

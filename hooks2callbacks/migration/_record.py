@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from hooks2callbacks._dispatch import HOOK_METHODS, as_hook_list
 from hooks2callbacks.migration._data import _kind
+from hooks2callbacks.migration._races import Race, RaceWatch
 
 _SessionRunHook: Any = tf.compat.v1.train.SessionRunHook
 
@@ -37,6 +38,8 @@ class _Event:
     summaries: dict[str, Any] = dataclasses.field(default_factory=dict)
     files: list[str] = dataclasses.field(default_factory=list)
     fetch_names: dict[str, str] = dataclasses.field(default_factory=dict)
+    racy: dict[str, Any] = dataclasses.field(default_factory=dict)  # path -> a tensor TF1 read unordered
+    read_before: dict[str, Any] = dataclasses.field(default_factory=dict)  # path -> its value before the run
 
 
 @dataclasses.dataclass
@@ -64,6 +67,11 @@ class _Side:
         self.step = 0
         self.files: set[str] = set()
         self.error: BaseException | None = None
+        # The TF1 side's: where the graph leaves a read's order to the scheduler, and which
+        # order this run gives the hooks (0: read before write, 1: after; see _races).
+        self.watch: RaceWatch | None = None
+        self.order = 0
+        self.races: dict[tuple[str, str], Race] = {}
 
     def new_files(self) -> list[str]:
         found = set()
@@ -105,7 +113,7 @@ def _wrap(hook: Any, index: int, side: _Side) -> Any:
         original = getattr(cls, method, None)
         if original is None or (issubclass(cls, _SessionRunHook) and original is getattr(_SessionRunHook, method)):
             continue  # not the hook's: HookCallback skips it, and there is nothing to record
-        methods[method] = _recording(method, original, events, side)
+        methods[method] = _recording(method, original, events, side, name)
     recorder_cls = type(
         cls.__name__, (cls,), {**methods, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
     )
@@ -114,7 +122,9 @@ def _wrap(hook: Any, index: int, side: _Side) -> Any:
     return recorder
 
 
-def _recording(method: str, original: Callable[..., Any], events: list[_Event], side: _Side) -> Callable[..., Any]:
+def _recording(
+    method: str, original: Callable[..., Any], events: list[_Event], side: _Side, hook: str
+) -> Callable[..., Any]:
     @functools.wraps(original)
     def record(self: Any, *args: Any) -> Any:
         step = side.step if method in ("before_run", "after_run") else (side.step if method == "end" else None)
@@ -123,6 +133,8 @@ def _recording(method: str, original: Callable[..., Any], events: list[_Event], 
         context = args[0] if method in ("before_run", "after_run") else None
         stopped = bool(getattr(context, "stop_requested", False))
         asked = next((e for e in reversed(events) if e.method == "before_run"), None)
+        if method == "after_run" and asked is not None and asked.racy:
+            args = (context, _in_order(side, asked, context, args[1]))
         if method == "after_run" and asked is not None and asked.items.get("returned") != "None":
             # Where before_run returned None, TF1 gave None and HookCallback a view of the
             # step's values (said under not_compared).
@@ -135,11 +147,56 @@ def _recording(method: str, original: Callable[..., Any], events: list[_Event], 
             event.files = side.new_files()
         if method == "before_run":
             event.items["returned"], event.fetch_names = _describe_args(returned)
+            if side.watch is not None and returned is not None:
+                _watch_races(side, side.watch, hook, event, context, returned)
         if context is not None and not stopped and context.stop_requested:
             event.items["request_stop"] = True
         return returned
 
     return record
+
+
+def _watch_races(side: _Side, watch: RaceWatch, hook: str, event: _Event, context: Any, returned: Any) -> None:
+    """Notes each fetched leaf that races with the step's run, and its value read before the run."""
+    for path, leaf in _paths("results", getattr(returned, "fetches", returned)):
+        try:
+            element = watch.graph.as_graph_element(leaf, allow_tensor=True, allow_operation=True)
+        except (TypeError, ValueError, KeyError):
+            continue  # HookCallback's own error, or TF1's, says what was wrong with it
+        if isinstance(element, tf.Operation):
+            continue
+        found = watch.race(element)
+        if found is None:
+            continue
+        side.races.setdefault((hook, path), Race(hook, path, element.name, *found))
+        if watch.pure(element):
+            event.racy[path] = element
+    if event.racy and side.order == 0:
+        values = context.session.run(list(event.racy.values()))
+        event.read_before = dict(zip(event.racy, values, strict=True))
+
+
+def _in_order(side: _Side, asked: _Event, context: Any, run_values: Any) -> Any:
+    """`run_values` with each racy leaf's value read in this run's order (before or after the write)."""
+    if side.order == 0:
+        new = asked.read_before
+    else:
+        new = dict(zip(asked.racy, context.session.run(list(asked.racy.values())), strict=True))
+    return run_values._replace(results=_replaced("results", run_values.results, new))
+
+
+def _replaced(prefix: str, value: Any, new: Mapping[str, Any]) -> Any:
+    """`value` with the leaves at the paths in `new` replaced (paths as `_paths` names them)."""
+    if prefix in new:
+        return new[prefix]
+    if isinstance(value, Mapping):
+        return {key: _replaced(f"{prefix}[{key!r}]", item, new) for key, item in value.items()}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        items = [_replaced(f"{prefix}[{i}]", item, new) for i, item in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, tuple):  # a namedtuple
+        return type(value)(*(_replaced(f"{prefix}.{f}", getattr(value, f), new) for f in value._fields))  # type: ignore[attr-defined]
+    return value
 
 
 def _describe_args(args: Any) -> tuple[str, dict[str, str]]:

@@ -59,6 +59,12 @@ class MigrationReport:
         notes: What else the check found (the restore's notes, a shuffled dataset).
         keras_error: The exception the Keras side raised (also an `error`
             difference), with its traceback; None when it ran through.
+        nondeterminism: TF1's own nondeterminism: each place where a hook
+            fetched a tensor that reads a variable the same run writes, with
+            no edge ordering the two (the tensor, the variable, the write), and
+            which of the orders TF1 allowed the Keras side matched. Never a
+            difference: the Keras side passes where it matches one order at
+            every step.
     """
 
     mode: str
@@ -69,6 +75,7 @@ class MigrationReport:
     not_compared: list[str]
     notes: list[str]
     keras_error: BaseException | None = None
+    nondeterminism: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -95,7 +102,11 @@ class MigrationReport:
         for row in rows:
             cells = [c.ljust(w) for c, w in zip(row, widths, strict=False)]
             lines.append("  ".join([*cells, row[-1]]).rstrip())
-        for title, items in (("Not compared:", self.not_compared), ("Notes:", self.notes)):
+        for title, items in (
+            ("TF1's own nondeterminism:", self.nondeterminism),
+            ("Not compared:", self.not_compared),
+            ("Notes:", self.notes),
+        ):
             if items:
                 lines += ["", title, *(f"  - {item}" for item in items)]
         return "\n".join(lines)

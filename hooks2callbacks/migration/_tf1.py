@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks._estimator import ModeKeys
+from hooks2callbacks.migration._races import RaceWatch
 from hooks2callbacks.migration._record import _call_factory, _Side, _wrap
 
 _TF1_MODE = {"train": ModeKeys.TRAIN, "eval": ModeKeys.EVAL, "predict": ModeKeys.PREDICT}
@@ -98,7 +99,19 @@ class _Tf1Run:
             session.run(tf.compat.v1.global_variables_initializer())
             return str(self.saver.save(session, os.path.join(directory, "initial.ckpt"), write_meta_graph=False))
 
-    def run(self, factory: Callable[[], Any], side: _Side, steps: int | None, prefix: str) -> None:
+    def run(self, factory: Callable[[], Any], side: _Side, steps: int | None, prefix: str, order: int = 0) -> None:
+        """Runs the hooks under a `MonitoredSession` from the checkpoint at `prefix`, recorded on `side`.
+
+        Args:
+            factory: The hooks factory, called once in this graph.
+            side: Where the calls are recorded.
+            steps: Session runs at most (None: until the data ends).
+            prefix: The checkpoint both sides start from.
+            order: Where a hook's fetch races with the run's writes (`_races`), the order the
+                hook is given: 0, the value read before the run; 1, the value read after it.
+        """
+        side.watch = RaceWatch(self.graph, self.fetches)
+        side.order = order
         with self.graph.as_default():
             hooks = [_wrap(h, i, side) for i, h in enumerate(_call_factory(factory, "TF1"))]
             scaffold = tf.compat.v1.train.Scaffold(init_fn=lambda _, session: self.saver.restore(session, prefix))
