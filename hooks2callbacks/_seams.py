@@ -38,7 +38,9 @@ and the eager context's `_thread_local_data` (`_graph.DefaultGraphScope`);
 `Graph._unsafe_unfinalize` (`_graph.Unsealed`); `Graph._distribution_strategy_stack`
 and `._variable_creator_stack` (`_model`, making the mirror outside the model's
 strategy); `RefVariable._ref()` and `DType._is_ref_dtype` (`_model`, `_graph`);
-`FileWriterCache._lock` and `._cache` (`_runs`, closing the run's writers).
+`FileWriterCache._lock` and `._cache` (`_runs`, closing the run's writers);
+`Operation._add_control_input` (`migration._races`, ordering a read and a write that
+`check_migration`'s own TF1 graph left unordered).
 
 Not private, but a reliance on how Keras calls its own code: instance-level
 overrides for a run with batch values (the model's `train_step`/`test_step`, its

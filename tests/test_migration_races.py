@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import keras
 import tensorflow as tf
 from test_migration import NAMES, V1, X, Y, keras_twin, model_fn, under_keras
 
 from hooks2callbacks import check_migration
+from hooks2callbacks._estimator import EstimatorSpec
 
 EVAL_NAMES = {"cross_entropy": "loss", "accuracy/update_op": "accuracy", "accuracy/value": "accuracy"}
 
@@ -71,3 +73,32 @@ def test_a_read_the_graph_orders_before_the_write_is_no_race():
     report = check_migration(model_fn, keras_twin(), hooks, (X, Y), steps=3, names=NAMES)
     assert report.ok, str(report)
     assert report.nondeterminism == []
+
+
+def bert_like_model_fn(features, labels, mode, params):
+    """A rate that reads the global step its own train op increments, as google-research/bert's optimization.py.
+
+    `create_optimizer` there groups `global_step.assign(global_step + 1)` with the update, so nothing orders
+    the rate's read of the step before or after the increment.
+    """
+    hidden = V1.layers.dense(features, 16, activation=tf.nn.relu, name="dense")
+    logits = V1.layers.dense(hidden, 3, name="dense_1")
+    loss = tf.identity(V1.losses.sparse_softmax_cross_entropy(labels, logits), name="cross_entropy")
+    global_step = V1.train.get_or_create_global_step()
+    rate = V1.train.polynomial_decay(0.5, global_step, 10, end_learning_rate=0.0, power=1.0)
+    train_op = V1.train.GradientDescentOptimizer(rate).minimize(loss)
+    return EstimatorSpec(mode, loss=loss, train_op=tf.group(train_op, [global_step.assign(global_step + 1)]))
+
+
+def test_a_rate_that_reads_the_step_its_own_optimizer_increments_is_ok_and_listed_as_tf1s_own():
+    def hooks():
+        return [V1.train.LoggingTensorHook({"loss": "cross_entropy:0"}, every_n_iter=1)]
+
+    schedule = keras.optimizers.schedules.PolynomialDecay(0.5, 10, 0.0, power=1.0)
+    report = check_migration(
+        bert_like_model_fn, keras_twin(keras.optimizers.SGD(schedule)), hooks, (X, Y), steps=8, names=NAMES
+    )
+    assert report.ok, str(report)
+    (race,) = report.nondeterminism
+    assert race.startswith("the train op: its op 'PolynomialDecay/Cast")
+    assert "'global_step'" in race and "(Assign)" in race and "matched 'read before write'" in race

@@ -40,6 +40,8 @@ class Race:
     Attributes:
         hook: The hook that fetched the tensor, as `"<index> <class>"`.
         key: The fetched leaf, as the report names it (`"results['step']"`).
+            For a race inside the step's run itself, `hook` is `"(run)"`,
+            `key` `"the train op"` and `tensor` the reading op.
         tensor: The tensor fetched.
         variable: The variable it reads.
         write: The op of the same run that writes the variable.
@@ -52,6 +54,12 @@ class Race:
     write: str
 
     def __str__(self) -> str:
+        if self.hook == "(run)":
+            return (
+                f"the train op: its op {self.tensor!r} reads the variable {self.variable!r}, which the same run "
+                f"writes ({self.write!r}), and no edge orders the two: TF1 trained on the value read before or "
+                "after the write, as its scheduler chose"
+            )
         return (
             f"{self.hook} {self.key}: the fetched tensor {self.tensor!r} reads the variable {self.variable!r}, "
             f"which the same run writes ({self.write!r}), and no edge orders the two: TF1 gave the value "
@@ -87,6 +95,18 @@ def _variable_of(tensor: Any) -> Any:
             return None
         op = op.inputs[0].op
     return None
+
+
+def _reads(op: Any) -> Iterator[Any]:
+    """The variables `op` reads when it runs (identities pass a variable on: their consumers read it)."""
+    if _is_writer(op) or op.type in _PASS_REF or op.type in _VARIABLE_OPS:
+        return
+    for index, given in enumerate(op.inputs):
+        variable = _variable_of(given)
+        if variable is None or (variable.type == "VarHandleOp") != (op.type == "ReadVariableOp"):
+            continue  # a resource variable is read by ReadVariableOp only (the others take its handle)
+        if index == 0 or op.type != "ReadVariableOp":
+            yield variable
 
 
 def _describe(op: Any) -> str:
@@ -157,6 +177,34 @@ class RaceWatch:
                         self._writes.setdefault(variable, []).append(op)
         return self._writes
 
+    def run_races(self) -> list[tuple[Any, Any, Any]]:
+        """`(read, variable, write)`: the step's run itself reads a variable it writes, unordered.
+
+        A model_fn whose rate reads the global step that its own train op
+        increments (`global_step.assign(global_step + 1)` grouped with the
+        update, as BERT's `create_optimizer`) trained on the rate of the step
+        or of the next one, as TF1's scheduler chose.
+        """
+        writes = self._written()
+        found = []
+        for op in _ancestors(self._run_ops):
+            for read in _reads(op):
+                for write in writes.get(read, []):
+                    if not _reaches(op, write) and not _reaches(write, op):
+                        found.append((op, read, write))
+        return found
+
+    def order(self, races: list[tuple[Any, Any, Any]], order: int) -> None:
+        """Adds the edges that run each racing read before (order 0) or after (1) its write.
+
+        The graph is the check's own, not finalized yet.
+        """
+        for read, _, write in races:
+            if order == 0:
+                write._add_control_input(read)  # pylint: disable=protected-access
+            else:
+                read._add_control_input(write)  # pylint: disable=protected-access
+
     def race(self, tensor: Any) -> tuple[str, str] | None:
         """`(variable, write)` where `tensor` reads a variable the step writes, unordered; else None."""
         name = tensor.name
@@ -175,15 +223,8 @@ class RaceWatch:
             # which no edge orders with the write.
             return variable.name, _describe(writes[variable][0])
         for op in _ancestors([fetched]):
-            if _is_writer(op) or op.type in _PASS_REF or op.type in _VARIABLE_OPS:
-                continue  # identities pass the variable on: their consumers read it
-            for index, given in enumerate(op.inputs):
-                read = _variable_of(given)
-                if read is None or read not in writes or (read.type == "VarHandleOp") != (op.type == "ReadVariableOp"):
-                    continue  # a resource variable is read by ReadVariableOp only (the others take its handle)
-                if index > 0 and op.type == "ReadVariableOp":
-                    continue
-                for write in writes[read]:
+            for read in _reads(op):
+                for write in writes.get(read, []):
                     if not _reaches(op, write) and not _reaches(write, op):
                         return read.name, _describe(write)
         return None

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks._estimator import ModeKeys
-from hooks2callbacks.migration._races import RaceWatch
+from hooks2callbacks.migration._races import Race, RaceWatch
 from hooks2callbacks.migration._record import _call_factory, _Side, _wrap
 
 _TF1_MODE = {"train": ModeKeys.TRAIN, "eval": ModeKeys.EVAL, "predict": ModeKeys.PREDICT}
@@ -112,6 +112,13 @@ class _Tf1Run:
         """
         side.watch = RaceWatch(self.graph, self.fetches)
         side.order = order
+        races = side.watch.run_races()
+        for read, variable, write in races:
+            side.races.setdefault(
+                ("(run)", read.name),
+                Race("(run)", "the train op", read.name, variable.name, f"{write.name} ({write.type})"),
+            )
+        side.watch.order(races, order)
         with self.graph.as_default():
             hooks = [_wrap(h, i, side) for i, h in enumerate(_call_factory(factory, "TF1"))]
             scaffold = tf.compat.v1.train.Scaffold(init_fn=lambda _, session: self.saver.restore(session, prefix))
