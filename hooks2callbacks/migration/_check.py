@@ -35,12 +35,13 @@ from typing import Any
 from hooks2callbacks._checkpoint import restore_tf1_checkpoint
 from hooks2callbacks._dispatch import is_factory
 from hooks2callbacks.callback import HookCallback
-from hooks2callbacks.migration._compare import _Compare, _report_in_orders
+from hooks2callbacks.migration._compare import _Compare, _report_in_orders, split_drift, with_first_steps
 from hooks2callbacks.migration._data import _batches, _check_inputs, _kind
 from hooks2callbacks.migration._hints import _hints, _op_names
 from hooks2callbacks.migration._keras import _counting, _run_keras
 from hooks2callbacks.migration._record import _file_items, _logs_captured, _run_side, _Side, _summaries_recorded
 from hooks2callbacks.migration._report import MigrationReport
+from hooks2callbacks.migration._steps import per_step as _per_step
 from hooks2callbacks.migration._tf1 import _Tf1Run
 
 MODES = ("train", "eval", "predict")
@@ -61,6 +62,11 @@ def check_migration(
     batch_size: int = 32,
     rtol: float = 1e-5,
     atol: float = 1e-6,
+    per_step: bool = True,
+    step_rtol: float = 1e-5,
+    step_atol: float = 1e-6,
+    drift_rtol: float = 1e-3,
+    drift_atol: float = 1e-5,
 ) -> MigrationReport:
     """Runs the hooks under the TF1 `model_fn` and under the Keras model, and compares what they saw and did.
 
@@ -105,8 +111,20 @@ def check_migration(
         assignment_map: Where the Keras model's TF1 names differ from the
             graph's: as in `restore_tf1_checkpoint`.
         batch_size: The batch size for `(x, y)` arrays. Defaults to 32.
-        rtol: Relative tolerance for floats. Defaults to 1e-5.
-        atol: Absolute tolerance for floats. Defaults to 1e-6.
+        rtol: Relative tolerance for floats, free-running: a difference beyond
+            it is reported (as drift where the per-step comparison holds).
+            Defaults to 1e-5.
+        atol: Absolute tolerance for floats, free-running. Defaults to 1e-6.
+        per_step: In train mode, also compare each step from the same weights
+            (TF1's of that step, restored into the Keras model): its loss and
+            every variable after it. Defaults to True.
+        step_rtol: Relative tolerance of the per-step comparison. Defaults to 1e-5.
+        step_atol: Absolute tolerance of the per-step comparison. Defaults to 1e-6.
+        drift_rtol: Relative tolerance within which a free-running difference
+            is drift (float order compounding over steps), not the verdict,
+            where every step before it was equal from the same weights.
+            Defaults to 1e-3.
+        drift_atol: Absolute tolerance of the same. Defaults to 1e-5.
 
     Returns:
         The report: `.ok`, `.differences`, `print(report)`, `.assert_ok()`.
@@ -201,7 +219,31 @@ def check_migration(
             _file_items(side)
         tf1_sides = [sides["tf1"], *([sides["tf1 after"]] if "tf1 after" in sides else [])]
         report = _report_in_orders(mode, tf1_sides, sides["keras"], _Compare(rtol, atol), not_compared, notes)
-    report.differences = _hints(
-        report.differences, sides["tf1"], sides["keras"], dict(_op_names(names)), tf1_run.adam, keras_model, shuffled
-    )
+        report.differences = _hints(
+            report.differences,
+            sides["tf1"],
+            sides["keras"],
+            dict(_op_names(names)),
+            tf1_run.adam,
+            keras_model,
+            shuffled,
+        )
+        if mode == "train" and per_step and sides["tf1"].step:
+            # From the same weights at every step, with tight tolerances: a real difference shows at
+            # its first step; float order does not compound (see _steps).
+            found, report.per_step_steps = _per_step(
+                _Tf1Run(model_fn, batches, mode, params),
+                keras_model,
+                prefix,
+                sides["tf1"].step,
+                work,
+                assignment_map,
+                _Compare(step_rtol, step_atol),
+            )
+            parted_at = min((d.step for d in found if d.step is not None), default=None)
+            kept, drift = split_drift(report.differences, parted_at, _Compare(drift_rtol, drift_atol))
+            report.differences = with_first_steps(kept) + with_first_steps(found)
+            report.drift = with_first_steps(drift)
+        else:
+            report.differences = with_first_steps(report.differences)
     return report

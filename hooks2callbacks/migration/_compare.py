@@ -10,7 +10,7 @@ import numpy as np
 
 from hooks2callbacks.migration._races import ORDERS
 from hooks2callbacks.migration._record import _NUMBER, _Event, _Side, _Time, _untimed
-from hooks2callbacks.migration._report import Difference, MigrationReport
+from hooks2callbacks.migration._report import Difference, MigrationReport, series_key
 
 
 class _Compare:
@@ -235,3 +235,39 @@ def _report_in_orders(
     report.differences = differences
     report.compared = compared
     return report
+
+
+def with_first_steps(differences: list[Difference]) -> list[Difference]:
+    """Each difference with the first step at which the sides parted on its hook and key."""
+    first: dict[tuple[str, str], int] = {}
+    for d in differences:
+        if d.step is not None:
+            key = series_key(d)
+            first[key] = min(first.get(key, d.step), d.step)
+    return [dataclasses.replace(d, parted_at=first.get(series_key(d))) for d in differences]
+
+
+def split_drift(
+    differences: list[Difference], parted_at: int | None, compare: _Compare
+) -> tuple[list[Difference], list[Difference]]:
+    """`(kept, drift)`: the free-running differences that are float order, and the others.
+
+    A difference is drift where its values are numbers (or arrays, summaries, log
+    lines of numbers) within the drift tolerances of `compare`, at a step before
+    the first one at which the per-step comparison parted (`parted_at`; None: it
+    never did). Without a per-step comparison (eval, predict) nothing is drift.
+    """
+    kept: list[Difference] = []
+    drift: list[Difference] = []
+    for d in differences:
+        before = d.step is not None and (parted_at is None or d.step < parted_at)
+        near = d.kind == "value" and (
+            compare.line(d.tf1, d.keras)
+            if isinstance(d.tf1, str) and isinstance(d.keras, str)
+            else compare.value(d.tf1, d.keras) is None
+        )
+        if before and near and d.hook != "(run)":
+            drift.append(dataclasses.replace(d, hint=None))  # no cause to name: float order
+        else:
+            kept.append(d)
+    return kept, drift

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,8 @@ class Difference:
         kind: What kind of difference: `"calls"`, `"value"`, `"type"`, `"dtype"`,
             `"shape"`, `"missing"` (on one side only), `"stop"`, `"error"`.
         hint: A known cause, where one fits, with its fix; else None.
+        parted_at: The first step at which the sides parted on this hook and
+            key (a checkpoint's or summary's step left out of the key), or None.
     """
 
     hook: str
@@ -36,11 +39,22 @@ class Difference:
     keras: Any
     kind: str
     hint: str | None = None
+    parted_at: int | None = None
 
     def __str__(self) -> str:
         where = f"{self.method}" + ("" if self.step is None else f" step {self.step}")
-        text = f"{where} {self.key}: TF1 {_short(self.tf1)}, Keras {_short(self.keras)} ({self.kind})"
-        return text + (f"\n      hint: {self.hint}" if self.hint else "")
+        text = f"{where} {self.key}: TF1 {_short(self.tf1)}, Keras {_short(self.keras)} ({self.kind}"
+        size = _max_diff(self.tf1, self.keras)
+        if size is not None:
+            text += f", max |diff| {size[0]:.3g}" + (f" at index {size[1]}" if size[1] is not None else "")
+        if self.parted_at is not None and self.parted_at != self.step:
+            text += f", parted at step {self.parted_at}"
+        return text + ")" + (f"\n      hint: {self.hint}" if self.hint else "")
+
+    @property
+    def max_diff(self) -> tuple[float, tuple[int, ...] | None] | None:
+        """`(max |TF1 - Keras|, its index)` where both are numbers or arrays of one shape; else None."""
+        return _max_diff(self.tf1, self.keras)
 
 
 @dataclasses.dataclass
@@ -57,6 +71,12 @@ class MigrationReport:
         steps: The session runs each side made: `{"tf1": n, "keras": m}`.
         not_compared: What was not compared, and why.
         notes: What else the check found (the restore's notes, a shuffled dataset).
+        drift: The free-running differences that are float order, not the
+            verdict: numbers within the drift tolerances, before the first step
+            at which the per-step comparison (each step from TF1's weights of
+            that step) parted.
+        per_step_steps: The train steps compared from the same weights (0
+            outside train mode, or with `per_step=False`).
         keras_error: The exception the Keras side raised (also an `error`
             difference), with its traceback; None when it ran through.
         nondeterminism: TF1's own nondeterminism: each place where a hook
@@ -76,6 +96,8 @@ class MigrationReport:
     notes: list[str]
     keras_error: BaseException | None = None
     nondeterminism: list[str] = dataclasses.field(default_factory=list)
+    drift: list[Difference] = dataclasses.field(default_factory=list)
+    per_step_steps: int = 0
 
     @property
     def ok(self) -> bool:
@@ -104,6 +126,10 @@ class MigrationReport:
             lines.append("  ".join([*cells, row[-1]]).rstrip())
         for title, items in (
             ("TF1's own nondeterminism:", self.nondeterminism),
+            (
+                "Drift (float order within the drift tolerances, each step equal from the same weights):",
+                _drift_lines(self.drift),
+            ),
             ("Not compared:", self.not_compared),
             ("Notes:", self.notes),
         ):
@@ -121,6 +147,47 @@ class MigrationReport:
             shown = "\n".join(f"  {d.hook}: {d}" for d in self.differences[:20])
             more = f"\n  ... and {len(self.differences) - 20} more" if len(self.differences) > 20 else ""
             raise AssertionError(f"{self}\n\nAll differences:\n{shown}{more}") from self.keras_error
+
+
+_SERIES = (re.compile(r"ckpt-\d+"), re.compile(r" @ -?\d+"))
+
+
+def series_key(difference: Difference) -> tuple[str, str]:
+    """A difference's hook and key with its step left out (a checkpoint's number, a summary's step)."""
+    key = _SERIES[1].sub("", _SERIES[0].sub("ckpt-*", difference.key))
+    return difference.hook, key
+
+
+def _drift_lines(drift: list[Difference], most: int = 12) -> list[str]:
+    """One line per hook and key: the first step it parted at, and its largest difference."""
+    series: dict[tuple[str, str], list[Difference]] = {}
+    for d in drift:
+        series.setdefault(series_key(d), []).append(d)
+    lines = []
+    for (hook, key), found in series.items():
+        sizes = [(d.max_diff or (0.0, None))[0] for d in found]
+        largest = found[int(np.argmax(sizes))]
+        size = f", max |diff| {max(sizes):.3g} at step {largest.step}" if max(sizes) > 0 else ""
+        lines.append(f"{hook} {key}: from step {min(d.step or 0 for d in found)}, {len(found)} step(s){size}")
+    more = [f"... and {len(lines) - most} more (MigrationReport.drift)"] if len(lines) > most else []
+    return lines[:most] + more
+
+
+def _max_diff(a: Any, b: Any) -> tuple[float, tuple[int, ...] | None] | None:
+    if isinstance(a, (str, bytes, bool, dict)) or isinstance(b, (str, bytes, bool, dict)) or a is None or b is None:
+        return None
+    try:
+        x, y = np.asarray(a), np.asarray(b)
+    except (TypeError, ValueError):
+        return None
+    if x.shape != y.shape or x.dtype.kind not in "fciu" or y.dtype.kind not in "fciu" or not x.size:
+        return None
+    diff = np.abs(x.astype(np.float64) - y.astype(np.float64))
+    if np.isnan(diff).all():
+        return None
+    at = int(np.nanargmax(diff))
+    index = tuple(int(i) for i in np.unravel_index(at, x.shape)) if x.ndim else None
+    return float(diff.ravel()[at]), index
 
 
 def _short(value: Any) -> str:

@@ -45,6 +45,7 @@ class _Tf1Run:
             with tf.control_dependencies([read]), _legacy_layers():
                 spec = model_fn(features=features, labels=labels, mode=_TF1_MODE[mode], params=params or {})
             self.fetches = self._fetches(spec)
+            self.loss = getattr(spec, "loss", None)
             self.trainable = [v.op.name for v in v1.trainable_variables()]
             self.adam = any(v.op.name.endswith("/Adam") for v in v1.global_variables())
             self.saver = v1.train.Saver(v1.global_variables(), max_to_keep=None)
