@@ -37,7 +37,7 @@ from hooks2callbacks._dispatch import is_factory
 from hooks2callbacks.callback import HookCallback
 from hooks2callbacks.migration._compare import _Compare, _report_in_orders, split_drift, with_first_steps
 from hooks2callbacks.migration._data import _batches, _check_inputs, _kind
-from hooks2callbacks.migration._hints import _hints, _op_names
+from hooks2callbacks.migration._hints import _hints, _op_names, epsilon_notes_fit
 from hooks2callbacks.migration._keras import _counting, _run_keras
 from hooks2callbacks.migration._record import _file_items, _logs_captured, _run_side, _Side, _summaries_recorded
 from hooks2callbacks.migration._report import MigrationReport
@@ -198,6 +198,10 @@ def check_migration(
             )
         notes += [f"same start: {note}" for note in restored.notes]
         notes += [f"same start: {w.message}" for w in caught if str(w.message) not in " ".join(restored.notes)]
+        if epsilon_notes_fit(tf1_run.graph, keras_model):
+            # The restore compares with TF1's default epsilon; the graph's own is known and the Keras one's.
+            notes = [note for note in notes if "epsilon" not in note]
+        notes = list(dict.fromkeys(notes))  # each note once
         sides = {name: _Side(name, os.path.join(work, name)) for name in ("tf1", "keras")}
         for side in sides.values():
             os.makedirs(side.root)
@@ -219,15 +223,6 @@ def check_migration(
             _file_items(side)
         tf1_sides = [sides["tf1"], *([sides["tf1 after"]] if "tf1 after" in sides else [])]
         report = _report_in_orders(mode, tf1_sides, sides["keras"], _Compare(rtol, atol), not_compared, notes)
-        report.differences = _hints(
-            report.differences,
-            sides["tf1"],
-            sides["keras"],
-            dict(_op_names(names)),
-            tf1_run.adam,
-            keras_model,
-            shuffled,
-        )
         if mode == "train" and per_step and sides["tf1"].step:
             # From the same weights at every step, with tight tolerances: a real difference shows at
             # its first step; float order does not compound (see _steps).
@@ -242,8 +237,17 @@ def check_migration(
             )
             parted_at = min((d.step for d in found if d.step is not None), default=None)
             kept, drift = split_drift(report.differences, parted_at, _Compare(drift_rtol, drift_atol))
-            report.differences = with_first_steps(kept) + with_first_steps(found)
+            report.differences = kept + found
             report.drift = with_first_steps(drift)
-        else:
-            report.differences = with_first_steps(report.differences)
+        report.differences = with_first_steps(
+            _hints(
+                report.differences,
+                sides["tf1"],
+                sides["keras"],
+                dict(_op_names(names)),
+                tf1_run.graph,
+                keras_model,
+                shuffled,
+            )
+        )
     return report

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
+import tensorflow as tf
 
 from hooks2callbacks._fetch import UnknownLogKeyError
 from hooks2callbacks.migration._record import _Side
@@ -21,22 +22,45 @@ def _hints(
     tf1: _Side,
     keras: _Side,
     names: Mapping[str, Any],
-    adam: bool,
+    graph: Any,
     keras_model: Any,
     shuffled: bool,
 ) -> list[Difference]:
+    """Each difference with the hint whose evidence fits it, if one does.
+
+    Args:
+        differences: The differences found.
+        tf1: The TF1 side's record (what each hook fetched, and its values).
+        keras: The Keras side's record (its values, and each batch's logs).
+        names: The names map, by op name.
+        graph: The TF1 graph (its optimizer's epsilon, its batch norms).
+        keras_model: The Keras model (its optimizer, its layers).
+        shuffled: Whether the dataset gave another order each pass.
+
+    Returns:
+        The differences, hinted.
+    """
     optimizer = getattr(keras_model, "optimizer", None)
     epsilon = getattr(optimizer, "epsilon", None)
+    tf1_epsilon = adam_epsilon(graph)
     adam_hint = None
     if (
-        adam
-        and type(optimizer).__name__ == "Adam"
-        and not (isinstance(epsilon, float) and math.isclose(epsilon, _TF1_ADAM_EPSILON, rel_tol=1e-6))
+        tf1_epsilon is not None
+        and type(optimizer).__name__ in ("Adam", "AdamW")
+        and not (isinstance(epsilon, float) and math.isclose(epsilon, tf1_epsilon, rel_tol=1e-6))
     ):
         adam_hint = (
-            f"the Keras model's Adam has epsilon={epsilon}, and TF1's AdamOptimizer 1e-8: every update "
-            "differs. Compile keras.optimizers.Adam(epsilon=1e-8) (or the TF1 run's own epsilon)."
+            f"the Keras model's Adam has epsilon={epsilon}, and the TF1 graph's Adam {tf1_epsilon:g}: every "
+            f"update differs. Compile keras.optimizers.Adam(epsilon={tf1_epsilon:g})."
         )
+    bn_hint = None
+    if _fused_batch_norm(graph) and any("BatchNormalization" in type(layer).__name__ for layer in _layers(keras_model)):
+        bn_hint = (
+            "TF1's fused batch norm moved moving_variance toward the unbiased batch variance (n/(n-1)), "
+            "Keras's BatchNormalization toward the biased one: use a layer over "
+            "tf.compat.v1.nn.fused_batch_norm (docs/check-migration.md, 'Batch norm as TF1 had it')."
+        )
+    slot_hint = _slot_hint(differences)
     # Under Adam's epsilon difference the two sides drift apart a little: a streaming value
     # is then the running mean of the other side's only to about 1%.
     streaming_rtol = 1e-4 if adam_hint is None else 2e-2
@@ -54,6 +78,9 @@ def _hints(
                 fetched[(hook, path)] = fetch
     hinted = []
     for d in differences:
+        if d.hint is not None:  # TF1's own nondeterminism, named where it was found
+            hinted.append(d)
+            continue
         hint = None
         fetch = fetched.get((d.hook, d.key), "")
         op = fetch.split(":")[0]
@@ -77,11 +104,17 @@ def _hints(
         elif adam_hint is not None and d.kind == "value" and _near(d.tf1, d.keras):
             # Adam's epsilon moves every update a little: a near value, not another tensor.
             hint = adam_hint
-        elif op and op in names and d.kind in ("value", "shape", "dtype"):
-            hint = (
-                f"names maps {op!r} to {names[op]!r}, which holds another value than the TF1 tensor "
-                f"{fetch!r} held: map it to the log key that holds what that tensor did."
-            )
+        elif bn_hint is not None and "moving_variance" in d.key and d.kind == "value":
+            hint = bn_hint
+        elif slot_hint is not None and d.key.endswith(" names") and d.kind == "missing":
+            hint = slot_hint
+        elif op and op in names and d.kind in ("value", "shape", "dtype") and values and d.key.startswith("results"):
+            other = _matching_key(values[0], keras.logs, names[op])
+            if other is not None:
+                hint = (
+                    f"names maps {op!r} to {names[op]!r}, which holds another value than the TF1 tensor "
+                    f"{fetch!r} held; the Keras log key {other!r} holds TF1's values: map {op!r} to {other!r}."
+                )
         elif shuffled and d.kind in ("value", "shape"):
             hint = (
                 "the dataset gives its batches in another order each pass (shuffled): both sides got the "
@@ -114,3 +147,88 @@ def _near(tf1: Any, keras: Any, rtol: float = 0.05) -> bool:
 def _op_names(names: Mapping[str, Any] | None) -> Iterator[tuple[str, Any]]:
     for key, value in (names or {}).items():
         yield key.split(":")[0], value
+
+
+def adam_epsilon(graph: Any) -> float | None:
+    """The epsilon of the TF1 graph's Adam updates (`ApplyAdam` ops), or None where it has none or many."""
+    found = set()
+    for op in graph.get_operations():
+        if op.type in ("ApplyAdam", "ResourceApplyAdam", "ResourceSparseApplyAdam", "SparseApplyAdam"):
+            value = tf.get_static_value(op.inputs[8])
+            if value is None:
+                return None
+            found.add(float(value))
+    return found.pop() if len(found) == 1 else None
+
+
+def _fused_batch_norm(graph: Any) -> bool:
+    """Whether the TF1 graph trains a fused batch norm (its kernel keeps the unbiased variance)."""
+    for op in graph.get_operations():
+        if op.type.startswith("FusedBatchNorm") and not op.type.endswith("Grad"):
+            try:
+                if op.get_attr("is_training"):
+                    return True
+            except ValueError:
+                continue
+    return False
+
+
+def _layers(model: Any) -> list[Any]:
+    """The model's layers, nested models' included."""
+    found, stack = [], list(getattr(model, "layers", None) or [])
+    while stack:
+        layer = stack.pop()
+        found.append(layer)
+        stack.extend(getattr(layer, "layers", None) or [])
+    return found
+
+
+def _matching_key(tf1: list[float], logs: list[dict[str, float]], mapped: Any) -> str | None:
+    """The Keras log key (other than `mapped`) whose batch values, or running means, are TF1's values."""
+    n = min(len(tf1), len(logs))
+    if n == 0:
+        return None
+    want = np.asarray(tf1[:n])
+    for key in sorted(set().union(*(set(step) for step in logs[:n]))):
+        if key == mapped or any(key not in step for step in logs[:n]):
+            continue
+        means = np.asarray([step[key] for step in logs[:n]])
+        # Keras's logs are running means: the batch's own value is what they add each step.
+        counts = np.arange(1, n + 1)
+        batch = means * counts - np.concatenate([[0.0], means[:-1] * counts[:-1]])
+        for candidate in (means, batch):
+            if np.allclose(want, candidate, rtol=1e-3, atol=1e-5):
+                return str(key)
+    return None
+
+
+def _slot_hint(differences: list[Difference]) -> str | None:
+    """An `assignment_map` for optimizer slots the two sides name differently, matched by variable and order."""
+    pairs: dict[str, str] = {}
+    for d in differences:
+        if not d.key.endswith(" names") or not isinstance(d.tf1, list) or not isinstance(d.keras, list):
+            continue
+        theirs: dict[str, list[str]] = {}
+        for name in d.keras:
+            theirs.setdefault(name.rsplit("/", 1)[0], []).append(name)
+        mine: dict[str, list[str]] = {}
+        for name in d.tf1:
+            mine.setdefault(name.rsplit("/", 1)[0], []).append(name)
+        for variable, names in mine.items():
+            for tf1_name, keras_name in zip(sorted(names), sorted(theirs.get(variable, [])), strict=False):
+                pairs.setdefault(tf1_name, keras_name)
+    if not pairs:
+        return None
+    code = ", ".join(f"{k!r}: {v!r}" for k, v in sorted(pairs.items()))
+    return (
+        "the TF1 optimizer's slots have other names than the Keras optimizer's (a custom optimizer, such as "
+        "BERT's AdamWeightDecayOptimizer): if they are the same slots, by variable and order, pass "
+        f"assignment_map={{{code}}}"
+    )
+
+
+def epsilon_notes_fit(graph: Any, keras_model: Any) -> bool:
+    """Whether the Keras model's Adam has the TF1 graph's own epsilon (the restore's epsilon note is moot)."""
+    tf1_epsilon = adam_epsilon(graph)
+    epsilon = getattr(getattr(keras_model, "optimizer", None), "epsilon", None)
+    return tf1_epsilon is not None and isinstance(epsilon, float) and math.isclose(epsilon, tf1_epsilon, rel_tol=1e-6)

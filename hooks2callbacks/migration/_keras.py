@@ -23,7 +23,7 @@ def _run_keras(
     sizes = [len(tf.nest.flatten(f)[0]) for f in xs]
     batch_size = sizes[0]
     regular = all(s == batch_size for s in sizes[:-1]) and sizes[-1] <= batch_size
-    common = {"verbose": 0, "callbacks": [callback]}
+    common = {"verbose": 0, "callbacks": [callback, _logs_recorder(model, mode, side)]}
 
     def joined(parts: list[Any]) -> Any:
         return tf.nest.map_structure(lambda *a: np.concatenate(a), *parts)
@@ -60,3 +60,28 @@ def _counting(factory: Callable[[], Any], side: _Side) -> Callable[[], list[Any]
         return [*(_wrap(h, i, side) for i, h in enumerate(_call_factory(factory, "Keras"))), _Count()]
 
     return make
+
+
+def _logs_recorder(model: Any, mode: str, side: _Side) -> Any:
+    """A Keras callback that keeps each batch's logs on `side.logs` (for the names-map hint's evidence)."""
+    if type(model).__module__.startswith("tf_keras"):
+        import tf_keras as framework  # pylint: disable=import-outside-toplevel
+    else:
+        import keras as framework  # pylint: disable=import-outside-toplevel
+
+    class _Logs(framework.callbacks.Callback):
+        def _keep(self, batch: int, logs: Any = None) -> None:
+            side.logs.append(
+                {
+                    k: float(v)
+                    for k, v in (logs or {}).items()
+                    if isinstance(v, (int, float, np.number)) or np.ndim(v) == 0
+                }
+            )
+
+        if mode == "train":
+            on_train_batch_end = _keep
+        elif mode == "eval":
+            on_test_batch_end = _keep
+
+    return _Logs()

@@ -72,6 +72,7 @@ class _Side:
         self.watch: RaceWatch | None = None
         self.order = 0
         self.races: dict[tuple[str, str], Race] = {}
+        self.logs: list[dict[str, float]] = []  # the Keras side's: each batch's logs, as Keras gave them
 
     def new_files(self) -> list[str]:
         found = set()

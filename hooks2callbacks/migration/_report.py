@@ -144,7 +144,14 @@ class MigrationReport:
             AssertionError: There is a difference.
         """
         if not self.ok:
-            shown = "\n".join(f"  {d.hook}: {d}" for d in self.differences[:20])
+            seen: set[str] = set()
+            lines = []
+            for d in self.differences[:20]:  # each hint once: later differences with the same one say so
+                repeated = d.hint is not None and d.hint in seen
+                seen.add(d.hint or "")
+                shown_d = dataclasses.replace(d, hint="(as above)") if repeated else d
+                lines.append(f"  {d.hook}: {shown_d}")
+            shown = "\n".join(lines)
             more = f"\n  ... and {len(self.differences) - 20} more" if len(self.differences) > 20 else ""
             raise AssertionError(f"{self}\n\nAll differences:\n{shown}{more}") from self.keras_error
 
