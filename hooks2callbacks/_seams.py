@@ -26,6 +26,8 @@ Each seam, what it reaches, and what happens when that is missing:
   file (`tensorflow._api.v2.compat.v1`, and `tensorflow.compat.v1` once imported), each in
   a `TFModuleWrapper` (`_tfmw_wrapped_module`). A module not found is an ImportError at
   import; a third one would keep TF's own `assign`, whose error gets its note.
+* `nan_hook_loss`: `NanTensorHook._loss_tensor` (`check_migration`'s TF1 side of
+  `estimator_hooks`). AttributeError.
 * `is_default_strategy`, and TensorFlow's private modules imported below (`context`,
   `ops`, `meta_graph`, `training_util`, `tensor_conversion_registry`,
   `resource_variable_ops`, `FileWriterCache`): ImportError at import.
@@ -233,3 +235,16 @@ def jax_nested_tracer(values: Sequence[Any]) -> bool:
 def is_default_strategy(strategy: Any) -> bool:
     """Whether `strategy` is TF's default (no) strategy. Checked on TF 2.18.1 and 2.21.0."""
     return strategy is distribute_lib._get_default_strategy()  # pylint: disable=protected-access
+
+
+def nan_hook_loss(hook: Any, loss: Any) -> None:
+    """Gives a `NanTensorHook` made with the name `"loss"` the TF1 graph's loss tensor, as Estimator gave it.
+
+    `estimator_hooks()` makes `NanTensorHook("loss")` for a Keras run (where
+    `"loss"` is the log key); in `check_migration`'s TF1 graph the hook must
+    fetch the model_fn's loss, as Estimator's did. The hook keeps it in
+    `_loss_tensor` (checked on TF 2.18.1 and 2.21.0); missing, AttributeError.
+    """
+    if not hasattr(hook, "_loss_tensor"):
+        raise AttributeError(f"{type(hook).__name__} has no _loss_tensor on this TensorFlow")
+    hook._loss_tensor = loss  # pylint: disable=protected-access

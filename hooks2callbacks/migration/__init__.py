@@ -7,6 +7,7 @@ that composes them (`_check`, whose docstring draws the whole run).
 """
 
 from hooks2callbacks.migration._check import MODES, check_migration
+from hooks2callbacks.migration._record import side
 from hooks2callbacks.migration._report import Difference, MigrationReport
 
-__all__ = ["MODES", "Difference", "MigrationReport", "check_migration"]
+__all__ = ["MODES", "Difference", "MigrationReport", "check_migration", "side"]

@@ -205,6 +205,7 @@ def check_migration(
         sides = {name: _Side(name, os.path.join(work, name)) for name in ("tf1", "keras")}
         for side in sides.values():
             os.makedirs(side.root)
+        names = _with_metric_keys(names, tf1_run.metric_ops)
         callback = HookCallback(_counting(hooks, sides["keras"]), mode=mode, names=names, values=values)
         with _logs_captured(), _summaries_recorded():
             _run_side(sides["tf1"], lambda: tf1_run.run(hooks, sides["tf1"], steps, prefix))
@@ -251,3 +252,25 @@ def check_migration(
             )
         )
     return report
+
+
+def _with_metric_keys(names: Mapping[str, Any] | None, metric_ops: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """`names` with each `eval_metric_ops` key in it also given as its value's and update op's TF1 names.
+
+    A user knows `eval_metric_ops={"accuracy": tf.compat.v1.metrics.accuracy(...)}`
+    by its key; hooks fetch the metric by its ops' names (`accuracy/value`,
+    `accuracy/update_op`, or `<scope>/mean/update_op`), which HookCallback's
+    names map must hold.
+    """
+    if not names or not metric_ops:
+        return names
+    expanded = dict(names)
+    for key, target in names.items():
+        pair = metric_ops.get(key)
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            continue
+        for element in pair:
+            name = getattr(element, "name", None)
+            if isinstance(name, str):
+                expanded.setdefault(name.split(":")[0], target)
+    return expanded

@@ -87,6 +87,29 @@ class _Side:
 _active: list[_Side] = []  # the side running now (one at a time), for the log handler and summaries
 
 
+def side() -> str | None:
+    """Which side of `check_migration` is running now: `"tf1"`, `"keras"`, or None outside a check.
+
+    A hooks factory is called once on each side, inside that side's graph; one
+    that must build a hook differently on each side asks here:
+
+    ```python
+    from hooks2callbacks.migration import side
+
+    def hooks():
+        loss = hooks2callbacks.log_tensor("loss") if side() == "keras" else "cross_entropy:0"
+        return [tf.compat.v1.train.LoggingTensorHook({"loss": loss}, every_n_iter=10)]
+    ```
+
+    Returns:
+        `"tf1"` while the TF1 side runs (in either order of `_races`), `"keras"`
+        while the Keras side runs, None otherwise.
+    """
+    if not _active:
+        return None
+    return "keras" if _active[-1].name == "keras" else "tf1"
+
+
 class _LogCapture(logging.Handler):
     """Keeps each line logged during a hook's method, for that call."""
 

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from hooks2callbacks._estimator import ModeKeys
+from hooks2callbacks._estimator import _LOSS_NAME, _STEP_NAME, ModeKeys, _ModelDir
+from hooks2callbacks._seams import nan_hook_loss
 from hooks2callbacks.migration._races import Race, RaceWatch
 from hooks2callbacks.migration._record import _call_factory, _Side, _wrap
 
@@ -46,6 +47,8 @@ class _Tf1Run:
                 spec = model_fn(features=features, labels=labels, mode=_TF1_MODE[mode], params=params or {})
             self.fetches = self._fetches(spec)
             self.loss = getattr(spec, "loss", None)
+            # eval_metric_ops by the keys the user knows: (value tensor, update op).
+            self.metric_ops = dict(getattr(spec, "eval_metric_ops", None) or {}) if mode == "eval" else {}
             self.trainable = [v.op.name for v in v1.trainable_variables()]
             self.adam = any(v.op.name.endswith("/Adam") for v in v1.global_variables())
             self.saver = v1.train.Saver(v1.global_variables(), max_to_keep=None)
@@ -121,7 +124,13 @@ class _Tf1Run:
             )
         side.watch.order(races, order)
         with self.graph.as_default():
-            hooks = [_wrap(h, i, side) for i, h in enumerate(_call_factory(factory, "TF1"))]
+            made = _call_factory(factory, "TF1")
+            if any(type(h) is _ModelDir for h in made):
+                # estimator_hooks(): its NanTensorHook("loss") fetched the loss tensor under Estimator.
+                for hook in made:
+                    if isinstance(hook, tf.compat.v1.train.NanTensorHook) and vars(hook).get("_loss_tensor") == "loss":
+                        nan_hook_loss(hook, self.loss)
+            hooks = [_wrap(_on_tf1(h, self.loss), i, side) for i, h in enumerate(made)]
             scaffold = tf.compat.v1.train.Scaffold(init_fn=lambda _, session: self.saver.restore(session, prefix))
             creator = tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold)
             limit = len(self.batches) if steps is None else steps
@@ -159,3 +168,50 @@ def _legacy_layers() -> Iterator[None]:
             del v1.layers
         else:
             v1.layers = previous
+
+
+def _on_tf1(hook: Any, loss: Any) -> Any:
+    """The TF1 side's counterpart of a hook of `estimator_hooks`: what MonitoredTrainingSession did for it.
+
+    `estimator_hooks(model_dir)` gives the hooks Estimator added to a run; its
+    first hook does, in a Keras run, what `MonitoredTrainingSession(checkpoint_dir=
+    model_dir)` did at session creation. On the TF1 side the check does that in
+    the TF1 graph itself (a saver keeping `keep_checkpoint_max` checkpoints, the
+    `loss` summary Estimator added and every summary merged, the loss and step
+    the logging hook prints), under the hook's own class name, so that both sides
+    record the same calls. Other hooks are returned as they are.
+    """
+    if type(hook) is not _ModelDir:
+        return hook
+    counterpart: Any = object.__new__(_Tf1ModelDir)
+    counterpart.__dict__ = hook.__dict__
+    counterpart.tf1_loss = loss
+    return counterpart
+
+
+class _Tf1ModelDir(_ModelDir):
+    """`_ModelDir` on the TF1 side of `check_migration` (see `_on_tf1`)."""
+
+    tf1_loss: Any = None
+
+    def begin(self) -> None:
+        v1 = tf.compat.v1
+        graph = v1.get_default_graph()
+        graph.clear_collection(v1.GraphKeys.SAVERS)
+        saver = v1.train.Saver(sharded=True, max_to_keep=self._keep_checkpoint_max or 0)
+        graph.add_to_collection(v1.GraphKeys.SAVERS, saver)
+        if self._scaffold is not None:
+            if not any(op.name == "loss" for op in v1.get_collection(v1.GraphKeys.SUMMARIES)):
+                v1.summary.scalar("loss", self.tf1_loss)
+            self._scaffold.summary_op = v1.summary.merge_all()
+        with graph.name_scope(None):
+            tf.identity(self.tf1_loss, name=_LOSS_NAME)
+            # Estimator's logging hook fetched the global step variable next to the train op:
+            # TF1's own race (the check runs both orders).
+            tf.identity(v1.train.get_global_step(), name=_STEP_NAME)
+        self.restored = None  # the side's model_dir is its own, empty at the start
+
+
+_ModelDir_name = _ModelDir.__name__
+_Tf1ModelDir.__name__ = _ModelDir_name
+_Tf1ModelDir.__qualname__ = _ModelDir.__qualname__
