@@ -174,6 +174,9 @@ def check_migration(
         "after_run's results where before_run returned None: TF1 gave None, HookCallback a read-only view "
         "of the step's values",
         "a checkpoint's learning_rate where the TF1 graph had no such variable (Keras's optimizer keeps one)",
+        "image, audio, histogram and tensor summaries' contents (pixels, samples, buckets): compared by tag and "
+        "step as written or not; scalar summaries are compared by value",
+        "the summaries a hook fetched as a serialized Summary, where not scalar: by tag, as written or not",
     ]
     if shuffled:
         notes.append("the dataset gives another order each pass (shuffled); both sides got the batches of one pass")

@@ -167,7 +167,7 @@ def _report(
         differences += _compare_hook(hook, tf1.events[i], theirs, compare, counts)
     if tf1.step != keras.step and keras.error is None:
         differences.append(Difference("(run)", "run", None, "stopped at", tf1.step, keras.step, "stop"))
-    return MigrationReport(
+    report = MigrationReport(
         mode,
         differences,
         list(tf1.hooks),
@@ -177,6 +177,23 @@ def _report(
         notes,
         keras.error,
     )
+    report.values = _values(tf1, keras)
+    return report
+
+
+def _values(tf1: _Side, keras: _Side) -> dict[tuple[str, str], dict[str, list[tuple[int, Any]]]]:
+    """Each hook's numeric results, step by step, on each side (what `MigrationReport.plot` draws)."""
+    found: dict[tuple[str, str], dict[str, list[tuple[int, Any]]]] = {}
+    for name, side in (("tf1", tf1), ("keras", keras)):
+        for hook, events in zip(side.hooks, side.events, strict=False):
+            for event in events:
+                if event.method != "after_run" or event.step is None:
+                    continue
+                for key, value in event.items.items():
+                    if key.startswith("results") and isinstance(value, (int, float, np.number, np.ndarray)):
+                        if not isinstance(value, bool):
+                            found.setdefault((hook, key), {"tf1": [], "keras": []})[name].append((event.step, value))
+    return found
 
 
 def _report_in_orders(

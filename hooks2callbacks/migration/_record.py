@@ -169,6 +169,9 @@ def _recording(
         finally:
             side.current = None
             event.files = side.new_files()
+        if method == "end" and isinstance(self, tf.compat.v1.train.FinalOpsHook):
+            # What end() ran: the final ops' values, which the hook keeps for its caller.
+            event.items.update(_leaves("final_ops_values", self.final_ops_values))
         if method == "before_run":
             event.items["returned"], event.fetch_names = _describe_args(returned)
             if side.watch is not None and returned is not None:

@@ -77,6 +77,9 @@ class MigrationReport:
             that step) parted.
         per_step_steps: The train steps compared from the same weights (0
             outside train mode, or with `per_step=False`).
+        values: Each hook's numeric results step by step on each side:
+            `{(hook, key): {"tf1": [(step, value), ...], "keras": [...]}}`
+            (what `plot` draws).
         keras_error: The exception the Keras side raised (also an `error`
             difference), with its traceback; None when it ran through.
         nondeterminism: TF1's own nondeterminism: each place where a hook
@@ -98,6 +101,62 @@ class MigrationReport:
     nondeterminism: list[str] = dataclasses.field(default_factory=list)
     drift: list[Difference] = dataclasses.field(default_factory=list)
     per_step_steps: int = 0
+    values: dict[tuple[str, str], dict[str, list[tuple[int, Any]]]] = dataclasses.field(
+        default_factory=dict, repr=False
+    )
+
+    def plot(self, hook: str, key: str, ax: Any = None) -> Any:
+        """Draws both sides' per-step values of one hook's result, and marks where they parted.
+
+        Example: `report.plot("0 LoggingTensorHook", "results['loss']")`. An
+        array's values are drawn by their mean |value| per step.
+
+        Args:
+            hook: The hook, as the report names it (`"0 LoggingTensorHook"`).
+            key: The result, as the report names it (`"results['loss']"`).
+            ax: A matplotlib `Axes` to draw on. Defaults to a new figure's.
+
+        Returns:
+            The `Axes` drawn on.
+
+        Raises:
+            ImportError: matplotlib is not installed.
+            KeyError: The report holds no per-step values of that hook and key;
+                the message lists those it holds.
+        """
+        try:
+            import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+        except ImportError as error:
+            raise ImportError(
+                "MigrationReport.plot() draws with matplotlib, which is not installed: pip install matplotlib "
+                "(the report's values are in report.values without it)."
+            ) from error
+        series = self.values.get((hook, key))
+        if series is None:
+            held = ", ".join(f"({h!r}, {k!r})" for h, k in sorted(self.values)) or "none"
+            raise KeyError(f"MigrationReport.plot({hook!r}, {key!r}): no per-step values of that result; held: {held}")
+        if ax is None:
+            _, ax = plt.subplots()
+        for side, style in (("tf1", "-"), ("keras", "--")):
+            points = series[side]
+            ax.plot(
+                [s for s, _ in points],
+                [float(np.mean(np.abs(v))) if np.ndim(v) else float(v) for _, v in points],
+                style,
+                marker="o",
+                label="TF1" if side == "tf1" else "Keras",
+            )
+        parted = [d.step for d in self.differences if (d.hook, d.key) == (hook, key) and d.step is not None]
+        drifted = [d.step for d in self.drift if (d.hook, d.key) == (hook, key) and d.step is not None]
+        if parted:
+            ax.axvline(min(parted), color="red", linestyle=":", label=f"parted (step {min(parted)})")
+        elif drifted:
+            ax.axvline(min(drifted), color="orange", linestyle=":", label=f"drift from step {min(drifted)}")
+        ax.set_xlabel("step")
+        ax.set_ylabel(key)
+        ax.set_title(f"{hook} {key} ({self.mode})")
+        ax.legend()
+        return ax
 
     @property
     def ok(self) -> bool:
