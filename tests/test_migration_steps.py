@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -107,3 +109,27 @@ def test_float_order_in_the_free_running_comparison_is_drift_not_the_verdict():
         per_step=False,
     )
     assert not strict.ok and not strict.drift  # without the per-step comparison nothing is drift
+
+
+def docs_tf1_batch_normalization():
+    """The layer docs/check-migration.md shows under "Batch norm as TF1 had it", run as the page gives it."""
+    page = (pathlib.Path(__file__).parent.parent / "docs" / "check-migration.md").read_text()
+    section = page.split("## Batch norm as TF1 had it", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(code, "docs/check-migration.md", "exec"), namespace)  # noqa: S102
+    return namespace["TF1BatchNormalization"]
+
+
+def test_the_docs_tf1_batch_norm_layer_passes_the_per_step_comparison():
+    layer = docs_tf1_batch_normalization()
+    keras.utils.set_random_seed(1)
+    inputs = keras.Input((8,))
+    hidden = keras.layers.Reshape((1, 1, 16))(keras.layers.Dense(16, name="dense")(inputs))
+    hidden = layer(name="batch_normalization")(hidden)
+    logits = keras.layers.Dense(3, name="dense_1")(keras.layers.ReLU()(keras.layers.Reshape((16,))(hidden)))
+    model = keras.Model(inputs, logits)
+    model.compile(keras.optimizers.SGD(0.05), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    report = check_migration(bn_model_fn, model, log_loss, (X, Y), steps=6, names={"cross_entropy": "loss"})
+    assert report.ok, str(report)
+    assert report.per_step_steps == 6
