@@ -95,6 +95,8 @@ def per_step(
             warnings.simplefilter("ignore")  # the free-running start already said what a restore leaves
             restored = restore_tf1_checkpoint(keras_model, point, assignment_map)
         features, labels = tf1_run.batches[k]
+        # Keras 3.8 resets the metrics after train_on_batch, so the first would include fit()'s state.
+        keras_model.reset_metrics()
         result = keras_model.train_on_batch(features, labels, return_dict=True)
         keras_loss = np.asarray(result.get("loss"), dtype=np.asarray(losses[k]).dtype)
         if compare.value(np.asarray(losses[k]), keras_loss) is not None:
