@@ -230,15 +230,16 @@ def check_migration(
         if mode == "train" and per_step and sides["tf1"].step:
             # From the same weights at every step, with tight tolerances: a real difference shows at
             # its first step; float order does not compound (see _steps).
-            found, report.per_step_steps = _per_step(
-                _Tf1Run(model_fn, batches, mode, params),
-                keras_model,
-                prefix,
-                sides["tf1"].step,
-                work,
-                assignment_map,
-                _Compare(step_rtol, step_atol),
-            )
+            with _logs_captured():  # the per-step saves and restores log lines no hook made: kept out
+                found, report.per_step_steps = _per_step(
+                    _Tf1Run(model_fn, batches, mode, params),
+                    keras_model,
+                    prefix,
+                    sides["tf1"].step,
+                    work,
+                    assignment_map,
+                    _Compare(step_rtol, step_atol),
+                )
             parted_at = min((d.step for d in found if d.step is not None), default=None)
             kept, drift = split_drift(report.differences, parted_at, _Compare(drift_rtol, drift_atol))
             report.differences = kept + found
