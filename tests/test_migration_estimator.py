@@ -60,3 +60,15 @@ def test_the_eval_check_takes_the_eval_metric_ops_keys_the_user_knows():
     )
     assert report.ok, str(report)
     assert report.compared["0 LoggingTensorHook"]["lines"] == 4
+
+
+def test_estimator_hooks_in_eval_mode_write_what_estimator_evaluate_wrote_on_both_sides():
+    def hooks():
+        return estimator_hooks("model_dir", mode="eval")
+
+    names = {"cross_entropy": "loss", "accuracy/update_op": "accuracy"}
+    report = check_migration(model_fn, keras_twin(), hooks, (X[:128], Y[:128]), steps=None, mode="eval", names=names)
+    assert report.ok, str(report)
+    counts = report.compared["0 _EvalResultsWriter"]
+    assert counts["lines"] == 1  # "Saving dict for global step 0: accuracy = ..., global_step = 0, loss = ..."
+    assert counts["summaries"] == 2  # accuracy and loss, at the global step

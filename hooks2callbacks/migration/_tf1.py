@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from hooks2callbacks._estimator import _LOSS_NAME, _STEP_NAME, ModeKeys, _ModelDir
+from hooks2callbacks._estimator import _LOSS_NAME, _STEP_NAME, ModeKeys, _EvalResultsWriter, _ModelDir
 from hooks2callbacks._seams import nan_hook_loss
 from hooks2callbacks.migration._races import Race, RaceWatch
 from hooks2callbacks.migration._record import _call_factory, _Side, _wrap
@@ -49,6 +49,16 @@ class _Tf1Run:
             self.loss = getattr(spec, "loss", None)
             # eval_metric_ops by the keys the user knows: (value tensor, update op).
             self.metric_ops = dict(getattr(spec, "eval_metric_ops", None) or {}) if mode == "eval" else {}
+            self.results: dict[str, Any] = {}  # what Estimator.evaluate returned, by key (eval mode)
+            if mode == "eval" and self.loss is not None:
+                # Estimator.evaluate added the mean of the loss to the eval metrics ("loss").
+                with tf.name_scope("estimator_evaluate"):
+                    loss_mean = tf.compat.v1.metrics.mean(self.loss)
+                self.fetches = [*self.fetches, loss_mean[1]]
+                self.results = {
+                    key: pair[0] for key, pair in self.metric_ops.items() if isinstance(pair, (tuple, list))
+                }
+                self.results["loss"] = loss_mean[0]
             self.trainable = [v.op.name for v in v1.trainable_variables()]
             self.adam = any(v.op.name.endswith("/Adam") for v in v1.global_variables())
             self.saver = v1.train.Saver(v1.global_variables(), max_to_keep=None)
@@ -130,7 +140,7 @@ class _Tf1Run:
                 for hook in made:
                     if isinstance(hook, tf.compat.v1.train.NanTensorHook) and vars(hook).get("_loss_tensor") == "loss":
                         nan_hook_loss(hook, self.loss)
-            hooks = [_wrap(_on_tf1(h, self.loss), i, side) for i, h in enumerate(made)]
+            hooks = [_wrap(_on_tf1(h, self.loss, self.results), i, side) for i, h in enumerate(made)]
             scaffold = tf.compat.v1.train.Scaffold(init_fn=lambda _, session: self.saver.restore(session, prefix))
             creator = tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold)
             limit = len(self.batches) if steps is None else steps
@@ -170,7 +180,7 @@ def _legacy_layers() -> Iterator[None]:
             v1.layers = previous
 
 
-def _on_tf1(hook: Any, loss: Any) -> Any:
+def _on_tf1(hook: Any, loss: Any, results: Any = None) -> Any:
     """The TF1 side's counterpart of a hook of `estimator_hooks`: what MonitoredTrainingSession did for it.
 
     `estimator_hooks(model_dir)` gives the hooks Estimator added to a run; its
@@ -181,12 +191,58 @@ def _on_tf1(hook: Any, loss: Any) -> Any:
     the logging hook prints), under the hook's own class name, so that both sides
     record the same calls. Other hooks are returned as they are.
     """
+    if type(hook) is _EvalResultsWriter:
+        writer: Any = object.__new__(_Tf1EvalResultsWriter)
+        writer.__dict__ = hook.__dict__
+        writer.tf1_results = results or {}
+        return writer
     if type(hook) is not _ModelDir:
         return hook
     counterpart: Any = object.__new__(_Tf1ModelDir)
     counterpart.__dict__ = hook.__dict__
     counterpart.tf1_loss = loss
     return counterpart
+
+
+class _Tf1EvalResultsWriter(_EvalResultsWriter):
+    """`estimator_hooks(mode="eval")`'s writer on the TF1 side: what `Estimator.evaluate` wrote at its end.
+
+    The `eval_metric_ops`' values and the mean of the loss, at the global step:
+    logged ("Saving dict for global step N: ...") and written as scalars in the
+    eval directory.
+    """
+
+    tf1_results: Any = None
+
+    def begin(self) -> None:
+        self._results = {}
+        self._global_step = tf.compat.v1.train.get_global_step()
+
+    def before_run(self, run_context: Any) -> None:
+        return None
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        return None
+
+    def end(self, session: Any) -> None:
+        step = int(session.run(self._global_step))
+        results: dict[str, Any] = session.run(dict(self.tf1_results))
+        results["global_step"] = np.int64(step)
+        tf.compat.v1.logging.info(
+            "Saving dict for global step %d: %s", step, ", ".join(f"{k} = {v}" for k, v in sorted(results.items()))
+        )
+        summary = tf.compat.v1.Summary()
+        for key, value in results.items():
+            if key != "global_step":
+                summary.value.add(tag=key, simple_value=float(value))
+        writer = tf.compat.v1.summary.FileWriterCache.get(self._eval_dir)
+        writer.add_summary(summary, step)
+        writer.flush()
+        self.written = results
+
+
+_Tf1EvalResultsWriter.__name__ = _EvalResultsWriter.__name__
+_Tf1EvalResultsWriter.__qualname__ = _EvalResultsWriter.__qualname__
 
 
 class _Tf1ModelDir(_ModelDir):
