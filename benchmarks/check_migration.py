@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    TF_CPP_MIN_LOG_LEVEL=3 python benchmarks/check_migration.py [--steps 100] [--repeats 3]
+    TF_CPP_MIN_LOG_LEVEL=3 python benchmarks/check_migration.py [--steps 100] [--repeats 3] [--no-per-step]
 
 The model is a TF1 `model_fn` of 784 inputs (28x28), a 128-unit ReLU layer and
 10 classes, with its Keras twin; the data are random images in batches of 32.
@@ -68,6 +68,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-per-step", action="store_true", help="skip the per-step comparison")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     x = rng.random((args.steps * 32, 784), dtype=np.float32)
@@ -76,7 +77,13 @@ def main() -> None:
     for _ in range(args.repeats):
         start = time.perf_counter()
         report = check_migration(
-            model_fn, keras_model(), hooks(args.steps), (x, y), steps=args.steps, names={"cross_entropy": "loss"}
+            model_fn,
+            keras_model(),
+            hooks(args.steps),
+            (x, y),
+            steps=args.steps,
+            names={"cross_entropy": "loss"},
+            per_step=not args.no_per_step,
         )
         times.append(time.perf_counter() - start)
         print(f"check of {report.steps} session runs: {times[-1]:.1f} s, ok={report.ok}", flush=True)

@@ -28,6 +28,8 @@ Each seam, what it reaches, and what happens when that is missing:
   file (`tensorflow._api.v2.compat.v1`, and `tensorflow.compat.v1` once imported), each in
   a `TFModuleWrapper` (`_tfmw_wrapped_module`). A module not found is an ImportError at
   import; a third one would keep TF's own `assign`, whose error gets its note.
+* `nan_hook_loss`: `NanTensorHook._loss_tensor` (`check_migration`'s TF1 side of
+  `estimator_hooks`). AttributeError.
 * `is_default_strategy`, and TensorFlow's private modules imported below (`context`,
   `ops`, `meta_graph`, `training_util`, `tensor_conversion_registry`,
   `resource_variable_ops`, `FileWriterCache`): ImportError at import.
@@ -40,7 +42,9 @@ and the eager context's `_thread_local_data` (`_graph.DefaultGraphScope`);
 `Graph._unsafe_unfinalize` (`_graph.Unsealed`); `Graph._distribution_strategy_stack`
 and `._variable_creator_stack` (`_model`, making the mirror outside the model's
 strategy); `RefVariable._ref()` and `DType._is_ref_dtype` (`_model`, `_graph`);
-`FileWriterCache._lock` and `._cache` (`_runs`, closing the run's writers).
+`FileWriterCache._lock` and `._cache` (`_runs`, closing the run's writers);
+`Operation._add_control_input` (`migration._races`, ordering a read and a write that
+`check_migration`'s own TF1 graph left unordered).
 
 Not private, but a reliance on how Keras calls its own code: instance-level
 overrides for a run with batch values (the model's `train_step`/`test_step`, its
@@ -253,3 +257,16 @@ def jax_nested_tracer(values: Sequence[Any]) -> bool:
 def is_default_strategy(strategy: Any) -> bool:
     """Whether `strategy` is TF's default (no) strategy. Checked on TF 2.18.1 and 2.21.0."""
     return strategy is distribute_lib._get_default_strategy()  # pylint: disable=protected-access
+
+
+def nan_hook_loss(hook: Any, loss: Any) -> None:
+    """Gives a `NanTensorHook` made with the name `"loss"` the TF1 graph's loss tensor, as Estimator gave it.
+
+    `estimator_hooks()` makes `NanTensorHook("loss")` for a Keras run (where
+    `"loss"` is the log key); in `check_migration`'s TF1 graph the hook must
+    fetch the model_fn's loss, as Estimator's did. The hook keeps it in
+    `_loss_tensor` (checked on TF 2.18.1 and 2.21.0); missing, AttributeError.
+    """
+    if not hasattr(hook, "_loss_tensor"):
+        raise AttributeError(f"{type(hook).__name__} has no _loss_tensor on this TensorFlow")
+    hook._loss_tensor = loss  # pylint: disable=protected-access

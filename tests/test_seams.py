@@ -107,6 +107,18 @@ def test_is_default_strategy():
     assert not _seams.is_default_strategy(tf.distribute.OneDeviceStrategy("/cpu:0"))
 
 
+def test_nan_hook_loss_gives_a_nan_tensor_hook_its_tensor():
+    graph = tf.Graph()
+    with graph.as_default():
+        loss = tf.constant(float("nan"), name="loss_value")
+        hook = T.NanTensorHook("loss")
+        _seams.nan_hook_loss(hook, loss)
+        hook.begin()
+        assert hook.before_run(None).fetches is loss  # what the hook fetches each step
+    with pytest.raises(AttributeError, match="_loss_tensor"):
+        _seams.nan_hook_loss(T.StopAtStepHook(num_steps=1), loss)
+
+
 def test_a_hook_callback_run_reaches_its_seams(K):
     """The seams in use: a run with batch values in training and evaluation, on this flavour."""
     model = make_model(K)

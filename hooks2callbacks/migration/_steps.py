@@ -1,0 +1,112 @@
+"""The per-step comparison: each train step of both sides from the same weights, TF1's of that step.
+
+The free-running comparison (the hooks' record) lets both sides train on their
+own: after a few steps float order alone (another summation order, another
+fused kernel) has moved the weights a few ulps apart, and the difference grows
+with each step. A real difference (a rate off by 1%, a batch norm that moves
+its statistics otherwise) is then hard to tell from that drift. So, in train
+mode, the check also runs each step from the same start:
+
+    TF1, without hooks, from the same initial checkpoint:
+        for each step k: its variables -> checkpoint k; run (loss, train_op)
+        (the train op's own races in the order the Keras side is judged by: read before write)
+    Keras, for each step k:
+        restore_tf1_checkpoint(model, checkpoint k)   # weights, optimizer slots, step
+        loss = model.train_on_batch(batch k)
+        compare loss with TF1's step k, and each variable with TF1's after step k
+
+Nothing compounds: each step starts from TF1's own weights, so float order
+gives differences of a few ulps, and a real difference shows at its first step
+with tight tolerances. The free-running differences that stay within the drift
+tolerances, before the first step at which this comparison parted, are drift
+(`MigrationReport.drift`), not the verdict.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from hooks2callbacks._checkpoint import restore_tf1_checkpoint
+from hooks2callbacks._model import saved_variables
+from hooks2callbacks.migration._races import RaceWatch
+from hooks2callbacks.migration._report import Difference
+from hooks2callbacks.migration._tf1 import _Tf1Run
+
+PER_STEP = "(per step)"
+# What Keras keeps in other variables than TF1 did, and compares elsewhere (the step) or not at all.
+_NOT_WEIGHTS = ("global_step", "learning_rate", "beta1_power", "beta2_power")
+
+
+def per_step(
+    tf1_run: _Tf1Run,
+    keras_model: Any,
+    prefix: str,
+    steps: int,
+    work: str,
+    assignment_map: Mapping[str, str] | None,
+    compare: Any,
+) -> tuple[list[Difference], int]:
+    """Each of the first `steps` train steps, from TF1's weights of that step, on both sides.
+
+    Args:
+        tf1_run: A fresh TF1 graph of the model_fn in train mode (not run yet).
+        keras_model: The Keras model (its weights are overwritten step by step).
+        prefix: The initial checkpoint both sides start from.
+        steps: How many steps to compare.
+        work: A directory for the per-step checkpoints.
+        assignment_map: As `check_migration`'s.
+        compare: The `_Compare` with the per-step tolerances.
+
+    Returns:
+        The differences, at most one per step and variable (hook `"(per step)"`),
+        and the number of steps compared.
+    """
+    directory = os.path.join(work, "per-step")
+    os.makedirs(directory, exist_ok=True)
+    graph = tf1_run.graph
+    with graph.as_default():
+        watch = RaceWatch(graph, tf1_run.fetches)
+        watch.order(watch.run_races(), 0)
+        v1 = tf.compat.v1
+        saved = {v.op.name: v for v in v1.global_variables()}
+        init = [v1.global_variables_initializer(), v1.local_variables_initializer()]
+        with v1.Session(graph=graph) as session:
+            session.run(init)
+            tf1_run.saver.restore(session, prefix)
+            points, losses, after = [], [], []
+            for k in range(steps):
+                points.append(tf1_run.saver.save(session, os.path.join(directory, "step"), global_step=k))
+                try:
+                    loss, _ = session.run([tf1_run.loss, tf1_run.fetches])
+                except tf.errors.OutOfRangeError:
+                    points.pop()
+                    break
+                losses.append(loss)
+                after.append(session.run(saved))
+    found: list[Difference] = []
+    for k, point in enumerate(points):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the free-running start already said what a restore leaves
+            restored = restore_tf1_checkpoint(keras_model, point, assignment_map)
+        features, labels = tf1_run.batches[k]
+        # Keras 3.8 resets the metrics after train_on_batch, so the first would include fit()'s state.
+        keras_model.reset_metrics()
+        result = keras_model.train_on_batch(features, labels, return_dict=True)
+        keras_loss = np.asarray(result.get("loss"), dtype=np.asarray(losses[k]).dtype)
+        if compare.value(np.asarray(losses[k]), keras_loss) is not None:
+            found.append(Difference(PER_STEP, "train step", k, "loss", losses[k], keras_loss, "value"))
+        for variable in saved_variables(keras_model)[0]:
+            name = restored.restored.get(variable.name, variable.name)
+            if name in _NOT_WEIGHTS or name not in after[k]:
+                continue
+            a, b = np.asarray(after[k][name]), np.asarray(variable.read())
+            kind = compare.value(a, b)
+            if kind is not None:
+                found.append(Difference(PER_STEP, "train step", k, f"variable {name}", a, b, kind))
+    return found, len(points)

@@ -1,0 +1,74 @@
+"""check_migration with Estimator's own hooks (estimator_hooks), the side a factory runs on, and metric keys."""
+
+from __future__ import annotations
+
+from test_migration import NAMES, V1, X, Y, keras_twin, model_fn
+
+from hooks2callbacks import check_migration, estimator_hooks
+from hooks2callbacks._estimator import EstimatorSpec
+from hooks2callbacks.migration import side
+
+
+def test_estimator_hooks_in_a_factory_run_on_both_sides():
+    def hooks():
+        return estimator_hooks("model_dir", save_checkpoints_steps=4, save_summary_steps=2, log_step_count_steps=3)
+
+    report = check_migration(model_fn, keras_twin(), hooks, (X, Y), steps=8, names=NAMES)
+    assert report.ok, str(report)
+    counts = report.compared
+    assert counts["1 CheckpointSaverHook"]["checkpoints"] == 3  # 0, 4, 8
+    assert counts["3 SummarySaverHook"]["summaries"] == 4  # the loss summary Estimator added, steps 1, 3, 5, 7
+    assert counts["5 LoggingTensorHook"]["lines"] == 3
+    # Estimator's "loss = ..., step = ..." line fetched the global step variable next to the train op.
+    (race,) = report.nondeterminism
+    assert race.startswith("5 LoggingTensorHook results['step']") and "'global_step'" in race
+
+
+def test_a_factory_asks_which_side_it_is_on():
+    seen = []
+
+    def hooks():
+        seen.append(side())
+        loss = "loss" if side() == "keras" else "cross_entropy:0"  # a name each side knows
+        return [V1.train.LoggingTensorHook({"loss": loss}, every_n_iter=1)]
+
+    report = check_migration(model_fn, keras_twin(), hooks, (X, Y), steps=3)
+    assert report.ok, str(report)
+    assert seen == ["tf1", "keras"]
+    assert side() is None
+
+
+def metric_keys_model_fn(features, labels, mode, params):
+    logits = V1.layers.dense(V1.layers.dense(features, 16, activation="relu", name="dense"), 3, name="dense_1")
+    loss = V1.losses.sparse_softmax_cross_entropy(labels, logits)
+    accuracy = V1.metrics.accuracy(labels, V1.argmax(logits, axis=1), name="eval_acc_scope")
+    return EstimatorSpec(mode, loss=loss, eval_metric_ops={"eval_accuracy": accuracy})
+
+
+def test_the_eval_check_takes_the_eval_metric_ops_keys_the_user_knows():
+    def hooks():
+        return [V1.train.LoggingTensorHook({"acc": "eval_acc_scope/update_op:0"}, every_n_iter=1)]
+
+    report = check_migration(
+        metric_keys_model_fn,
+        keras_twin(),
+        hooks,
+        (X[:128], Y[:128]),
+        steps=None,
+        mode="eval",
+        names={"eval_accuracy": "accuracy"},
+    )
+    assert report.ok, str(report)
+    assert report.compared["0 LoggingTensorHook"]["lines"] == 4
+
+
+def test_estimator_hooks_in_eval_mode_write_what_estimator_evaluate_wrote_on_both_sides():
+    def hooks():
+        return estimator_hooks("model_dir", mode="eval")
+
+    names = {"cross_entropy": "loss", "accuracy/update_op": "accuracy"}
+    report = check_migration(model_fn, keras_twin(), hooks, (X[:128], Y[:128]), steps=None, mode="eval", names=names)
+    assert report.ok, str(report)
+    counts = report.compared["0 _EvalResultsWriter"]
+    assert counts["lines"] == 1  # "Saving dict for global step 0: accuracy = ..., global_step = 0, loss = ..."
+    assert counts["summaries"] == 2  # accuracy and loss, at the global step
