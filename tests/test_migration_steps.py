@@ -23,7 +23,8 @@ def per_step(report):
 
 def test_a_rate_off_by_one_percent_is_found_at_the_first_step_from_the_same_weights():
     # With the loose free-running tolerances a real job needs for drift, the free-running loss
-    # parts late (here from step 6), like drift; from the same weights the first step already differs.
+    # parts late (from step 6 here, or not within the 10 steps, as the initial weights fall), like
+    # drift; from the same weights the first step already differs.
     report = check_migration(
         model_fn, keras_twin(keras.optimizers.SGD(0.0505)), log_loss, (X, Y), steps=10, names=NAMES, rtol=1e-3
     )
@@ -38,7 +39,7 @@ def test_a_rate_off_by_one_percent_is_found_at_the_first_step_from_the_same_weig
     assert "max |diff|" in str(first) and f"at index {index}" in str(first)
     assert {d.step for d in found} == set(range(10))  # every step, each from TF1's own weights
     free = [d for d in report.differences if d.hook == "0 LoggingTensorHook" and d.key == "results['loss']"]
-    assert free and free[0].step > 0 and all(d.parted_at == free[0].step for d in free)
+    assert all(d.step > 0 and d.parted_at == free[0].step for d in free)
 
 
 def test_the_same_rate_passes_per_step():
