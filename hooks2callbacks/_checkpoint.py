@@ -593,9 +593,9 @@ def _propose_map(
     for key, kinds in mine.items():
         candidates = sorted(theirs.get(key, []))
         for candidate in list(candidates):
-            kind = next((k for k in sorted(kinds) if _same_kind(k, candidate.rsplit("/", 1)[1])), None)
-            if kind is not None:
-                proposed[candidate] = kinds.pop(kind)
+            match = next((k for k in sorted(kinds) if _same_kind(k, candidate.rsplit("/", 1)[1])), None)
+            if match is not None:
+                proposed[candidate] = kinds.pop(match)
                 candidates.remove(candidate)
         if kinds and len(candidates) == len(kinds):
             proposed.update(zip(candidates, sorted(kinds.values()), strict=True))

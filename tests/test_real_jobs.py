@@ -89,15 +89,15 @@ def keras_name_to_tf1(path):
     return path.split("/")[-1].replace("__", "/")
 
 
-H, I = bert_like.HIDDEN, bert_like.INNER
+H, INNER = bert_like.HIDDEN, bert_like.INNER
 BERT_WEIGHTS = {
     "bert/embeddings/word_embeddings": (bert_like.VOCAB, H),
     "bert/embeddings/position_embeddings": (bert_like.LENGTH, H),
     "bert/embeddings/LayerNorm/beta": (H,),
     "bert/embeddings/LayerNorm/gamma": (H,),
-    "bert/encoder/intermediate/kernel": (H, I),
-    "bert/encoder/intermediate/bias": (I,),
-    "bert/encoder/output/kernel": (I, H),
+    "bert/encoder/intermediate/kernel": (H, INNER),
+    "bert/encoder/intermediate/bias": (INNER,),
+    "bert/encoder/output/kernel": (INNER, H),
     "bert/encoder/output/bias": (H,),
     "bert/encoder/output/LayerNorm/beta": (H,),
     "bert/encoder/output/LayerNorm/gamma": (H,),
@@ -116,7 +116,8 @@ class BertLikeTwin(keras.Model):
         self.seeds = seeds
         for name, shape in BERT_WEIGHTS.items():
             initializer = "ones" if name.endswith("gamma") else "zeros" if name.endswith(("beta", "bias")) else None
-            setattr(self, keras_name(name), self.add_weight(name=keras_name(name), shape=shape, initializer=initializer))
+            weight = self.add_weight(name=keras_name(name), shape=shape, initializer=initializer)
+            setattr(self, keras_name(name), weight)
 
     def w(self, name):
         return getattr(self, keras_name(name))
