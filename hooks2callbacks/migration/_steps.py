@@ -77,6 +77,9 @@ def per_step(
         saved = {v.op.name: v for v in v1.global_variables()}
         init = [v1.global_variables_initializer(), v1.local_variables_initializer()]
         with v1.Session(graph=graph) as session:
+            # The global step first, as in _Tf1Run.save_initial: the model_fn's initializers (a warm
+            # start's) were built under the dependency on its read.
+            session.run(tf1_run.global_step.initializer)
             session.run(init)
             tf1_run.saver.restore(session, prefix)
             points, losses, after = [], [], []
