@@ -241,7 +241,9 @@ def check_migration(
             _file_items(side)
         keras_checkpoints_as_tf1(sides["keras"], assignment_map)
         tf1_sides = [sides["tf1"], *([sides["tf1 after"]] if "tf1 after" in sides else [])]
-        report = _report_in_orders(mode, tf1_sides, sides["keras"], _Compare(rtol, atol), not_compared, notes)
+        report, run_order = _report_in_orders(
+            mode, tf1_sides, sides["keras"], _Compare(rtol, atol), not_compared, notes
+        )
         if mode == "train" and per_step and sides["tf1"].step:
             # From the same weights at every step, with tight tolerances: a real difference shows at
             # its first step; float order does not compound (see _steps).
@@ -254,6 +256,7 @@ def check_migration(
                     work,
                     assignment_map,
                     _Compare(step_rtol, step_atol),
+                    order=run_order,  # where the train op raced, the order the free-running run matched
                 )
             parted_at = min((d.step for d in found if d.step is not None), default=None)
             kept, drift = split_drift(report.differences, parted_at, _Compare(drift_rtol, drift_atol))
