@@ -1017,7 +1017,7 @@ def _device_memory(full: str, short: str) -> str:
         return f"{full}: no memory statistics ({str(why).strip()})"
     if short.upper().startswith("CPU") and not any(info.values()):
         return (
-            f"{full}: TF keeps no allocation statistics for a CPU device "
+            f"{full}: TF recorded no allocations on this CPU device before the step "
             "(tf.config.experimental.get_memory_info reports 0 bytes), so there is nothing more to say"
         )
     return (

@@ -327,9 +327,13 @@ class _EvalResultsWriter(tf.compat.v1.train.SessionRunHook):
         self._results = dict(run_values.results)
 
     def end(self, session: Any) -> None:
-        step = int(session.run(self._global_step))
         keys = [k for k, v in self._results.items() if _is_scalar(v) and OP_NAME.match(k)]
-        results: dict[str, Any] = session.run({k: f"{k}:0" for k in keys})
+        self._write(session, {k: f"{k}:0" for k in keys})
+
+    def _write(self, session: Any, fetches: dict[str, Any]) -> None:
+        """Fetches the results and the global step, logs them and writes them as Estimator did."""
+        step = int(session.run(self._global_step))
+        results: dict[str, Any] = session.run(fetches)
         results["global_step"] = np.int64(step)
         tf.compat.v1.logging.info(
             "Saving dict for global step %d: %s", step, ", ".join(f"{k} = {v}" for k, v in sorted(results.items()))

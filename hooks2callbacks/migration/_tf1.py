@@ -243,20 +243,7 @@ class _Tf1EvalResultsWriter(_EvalResultsWriter):
         return None
 
     def end(self, session: Any) -> None:
-        step = int(session.run(self._global_step))
-        results: dict[str, Any] = session.run(dict(self.tf1_results))
-        results["global_step"] = np.int64(step)
-        tf.compat.v1.logging.info(
-            "Saving dict for global step %d: %s", step, ", ".join(f"{k} = {v}" for k, v in sorted(results.items()))
-        )
-        summary = tf.compat.v1.Summary()
-        for key, value in results.items():
-            if key != "global_step":
-                summary.value.add(tag=key, simple_value=float(value))
-        writer = tf.compat.v1.summary.FileWriterCache.get(self._eval_dir)
-        writer.add_summary(summary, step)
-        writer.flush()
-        self.written = results
+        self._write(session, dict(self.tf1_results))
 
 
 _Tf1EvalResultsWriter.__name__ = _EvalResultsWriter.__name__
