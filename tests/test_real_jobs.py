@@ -387,10 +387,11 @@ def test_mnist_like_job_runs_as_written_under_tf1(tmp_path):
         with V1.train.MonitoredTrainingSession(checkpoint_dir=None) as session:
             started = session.run(kernel)
             losses = [session.run([spec.train_op, spec.loss])[1] for _ in range(4)]
-            final_step = session.run(step)
+            final_step, trained = session.run([step, kernel])
     np.testing.assert_array_equal(started, tf.train.load_variable(warm, "conv2d/kernel"))
     assert final_step == 4  # minimize(loss, global_step) increments it
-    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+    # Its dropout is unseeded here (as a job run without tf_random_seed): the loss is not monotone.
+    assert all(np.isfinite(losses)) and not np.array_equal(trained, started)
 
 
 def check_mnist(tmp_path, mode):
