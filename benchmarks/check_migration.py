@@ -12,11 +12,22 @@ every 50 steps, StepCounterHook and a SummarySaverHook every 10 steps. Reported:
 the wall time of each whole check (graph building, the same start, both runs,
 reading the checkpoints, the comparison), the first one apart (it traces Keras's
 step), and whether the report was ok. Target (issue 30): under a minute.
+
+With `--real-jobs`, it times instead the checks of tests/test_real_jobs.py on the
+Estimator jobs of tests/estimator_era/jobs/ (written for this project, modelled on
+google-research/bert's run_classifier and tensorflow/tpu's mnist_tpu), in train
+(8 steps, the job's schedule and warm start) and eval (4 batches), each against the
+time of the Keras twin's own `fit` or `evaluate` of the same batches with no hooks,
+in the same process (issue 38).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import pathlib
+import sys
+import tempfile
 import time
 
 import keras
@@ -64,12 +75,55 @@ def hooks(steps: int):
     return make
 
 
+def real_jobs(repeats: int) -> None:
+    """Times each real job's check, and its Keras twin's fit/evaluate alone."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path[:0] = [os.path.join(root, "tests"), os.path.join(root, "tests", "estimator_era")]
+    import test_real_jobs as jobs  # noqa: PLC0415  # the tests' jobs and twins, as the tests run them
+
+    def seeds():
+        return jobs.types.SimpleNamespace(seed=None, seed2=None)
+
+    checks = {
+        "bert_like train": lambda d: jobs.check_bert(d, "train"),
+        "bert_like eval": lambda d: jobs.check_bert(d, "eval"),
+        "mnist_like train": lambda d: jobs.check_mnist(d, "train"),
+        "mnist_like eval": lambda d: jobs.check_mnist(d, "eval"),
+    }
+    alone = {
+        "bert_like": (lambda: jobs.bert_twin(seeds()), lambda: jobs.bert_like.data(jobs.BATCH * 4)),
+        "mnist_like": (lambda: jobs.mnist_twin(seeds()), lambda: jobs.mnist_like.data(jobs.BATCH * 4)),
+    }
+    for name, check in checks.items():
+        job, mode = name.rsplit(" ", 1)
+        make, data = alone[job]
+        for _ in range(repeats):
+            with tempfile.TemporaryDirectory() as directory:
+                start = time.perf_counter()
+                report = check(pathlib.Path(directory))
+                took = time.perf_counter() - start
+            model = make()
+            x, y = data()
+            start = time.perf_counter()
+            if mode == "train":
+                model.fit(x, y, batch_size=jobs.BATCH, steps_per_epoch=8, epochs=1, verbose=0)
+            else:
+                model.evaluate(x, y, batch_size=jobs.BATCH, verbose=0)
+            bare = time.perf_counter() - start
+            runs = report.steps
+            print(f"{name}: check {took:.1f} s (session runs {runs}, ok={report.ok}); the twin alone {bare:.1f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--real-jobs", action="store_true", help="time the real jobs' checks instead")
     parser.add_argument("--no-per-step", action="store_true", help="skip the per-step comparison")
     args = parser.parse_args()
+    if args.real_jobs:
+        real_jobs(args.repeats)
+        return
     rng = np.random.default_rng(0)
     x = rng.random((args.steps * 32, 784), dtype=np.float32)
     y = rng.integers(0, 10, args.steps * 32).astype("int64")

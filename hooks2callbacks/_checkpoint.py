@@ -33,6 +33,7 @@ from hooks2callbacks._model import (
     GLOBAL_STEP,
     LEARNING_RATE,
     Saved,
+    _optimizer_variables,
     accumulation_steps,
     global_step_of,
     has_weights,
@@ -41,6 +42,7 @@ from hooks2callbacks._model import (
     outside_strategy,
     saved_variables,
     step_source,
+    tf1_name,
     write_variable,
 )
 from hooks2callbacks._seams import context, ops
@@ -390,7 +392,7 @@ class TF1Restore:
             an Adam epsilon other than TF1's 1e-8).
         proposed_map: For optimizer variables not restored, checkpoint names
             of the same variable and shape that nothing was restored from,
-            paired in name order (`{"dense/kernel/adam_m":
+            paired by slot kind, else in name order (`{"dense/kernel/adam_m":
             "dense/kernel/Adam", ...}`): an `assignment_map` to check and
             pass, when they are the same slots under a custom optimizer's names.
     """
@@ -522,7 +524,7 @@ def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, 
     # tf_keras's SGD keeps momentum slots at momentum 0 too, where TF1's GradientDescentOptimizer
     # kept none: unused, they leave nothing of TF1's state behind.
     left_behind = [n for n in not_restored if not _unused_momentum(model, n)]
-    proposed = _propose_map(left_behind, shape_of, unused, shapes, mapping)
+    proposed = _propose_map(model, left_behind, shape_of, unused, shapes, mapping)
     if left_behind:
         note = (
             "the optimizer's variables not in the checkpoint keep their values, so the run does not "
@@ -560,6 +562,7 @@ def _unused_momentum(model: Any, name: str) -> bool:
 
 
 def _propose_map(
+    model: Any,
     not_restored: list[str],
     shape_of: Mapping[str, tuple[int, ...]],
     unused: list[str],
@@ -568,24 +571,74 @@ def _propose_map(
 ) -> dict[str, str]:
     """Checkpoint names that may hold the optimizer variables not restored: an `assignment_map` to propose.
 
-    A variable's slot not restored (`dense/kernel/Adam`) pairs with an unused checkpoint
-    name beside the same variable's (`dense/kernel/adam_m`) of its shape; each variable's
-    are paired in name order, and only where both sides count the same.
+    Each slot not restored is found beside its variable: by its TF1 name
+    (`dense/kernel/Adam`) or, for a custom Keras optimizer, by the name Keras gave it
+    (`<variable path with _ for />_<kind>`, such as `..._adam_m`). It pairs with an
+    unused checkpoint name beside the same variable's (`dense/kernel/adam_m`) of its
+    shape: first by slot kind (`adam_m` with `..._adam_m`; `m` with `Adam`, `v` with
+    `Adam_1`), then the rest in name order, where both sides count the same.
     """
-    mine: dict[tuple[str, tuple[int, ...]], list[str]] = {}
+    owners = _slot_owners(model)
+    mine: dict[tuple[str, tuple[int, ...]], dict[str, str]] = {}  # {(variable, shape): {kind: name}}
     for name in not_restored:
-        if "/" in name:
-            mine.setdefault((_source_name(name.rsplit("/", 1)[0], mapping), shape_of[name]), []).append(name)
+        owner = owners.get(name) or (tuple(name.rsplit("/", 1)) if "/" in name else None)
+        if owner is not None:
+            variable, kind = owner
+            mine.setdefault((_source_name(variable, mapping), shape_of[name]), {})[kind] = name
     theirs: dict[tuple[str, tuple[int, ...]], list[str]] = {}
     for name in unused:
         if "/" in name:
             theirs.setdefault((name.rsplit("/", 1)[0], tuple(shapes[name])), []).append(name)
     proposed: dict[str, str] = {}
-    for key, names in mine.items():
-        candidates = theirs.get(key, [])
-        if len(candidates) == len(names):
-            proposed.update(zip(sorted(candidates), sorted(names), strict=True))
+    for key, kinds in mine.items():
+        candidates = sorted(theirs.get(key, []))
+        for candidate in list(candidates):
+            match = next((k for k in sorted(kinds) if _same_kind(k, candidate.rsplit("/", 1)[1])), None)
+            if match is not None:
+                proposed[candidate] = kinds.pop(match)
+                candidates.remove(candidate)
+        if kinds and len(candidates) == len(kinds):
+            proposed.update(zip(candidates, sorted(kinds.values()), strict=True))
     return proposed
+
+
+def _slot_owners(model: Any) -> dict[str, tuple[str, str]]:
+    """`{slot's TF1 name: (its variable's TF1 name, the slot's kind)}` for slots that kept Keras's names.
+
+    Keras 3 names a variable's slot `<the variable's path with _ for />_<kind>`; the
+    slots TF1 names were given (`dense/kernel/Adam`) are found by those names instead.
+    """
+    optimizer = optimizer_of(model)
+    if optimizer is None:
+        return {}
+    prefix = f"{getattr(model, 'name', '')}/"
+    bases = {
+        f"{path.replace('/', '_')}_": tf1_name(weight, prefix)
+        for weight in model.trainable_weights
+        if isinstance(path := getattr(weight, "path", None), str)
+    }
+    owners: dict[str, tuple[str, str]] = {}
+    for slot in _optimizer_variables(optimizer):
+        name = str(slot.name)
+        # The longest base: a variable whose path starts another's (dense, dense_1) is not its owner.
+        base = max((b for b in bases if name.startswith(b)), key=len, default=None)
+        if base is not None:
+            owners[tf1_name(slot, prefix)] = (bases[base], name[len(base) :])
+    return owners
+
+
+# A TF1 slot suffix and the Keras kind that holds the same moment.
+_KIND_ALIASES = {"adam": "m", "adamm": "m", "adam1": "v", "adamv": "v", "momentum": "m", "velocity": "v"}
+
+
+def _same_kind(kind: str, suffix: str) -> bool:
+    """Whether a slot of `kind` (`adam_m`, `Adam`, `momentum`) is the checkpoint's `suffix` (`adam_m`)."""
+
+    def plain(name: str) -> str:
+        name = name.lower().replace("_", "")
+        return _KIND_ALIASES.get(name, name)
+
+    return plain(kind) == plain(suffix)
 
 
 def _checkpoint_prefix(path: str, where: str, directory: str) -> str:

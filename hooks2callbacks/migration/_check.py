@@ -41,8 +41,11 @@ from hooks2callbacks.migration._hints import _hints, _op_names, epsilon_notes_fi
 from hooks2callbacks.migration._keras import _counting, _run_keras
 from hooks2callbacks.migration._record import _file_items, _logs_captured, _run_side, _Side, _summaries_recorded
 from hooks2callbacks.migration._report import MigrationReport
+from hooks2callbacks.migration._slots import keras_checkpoints_as_tf1, slot_map_note
 from hooks2callbacks.migration._steps import per_step as _per_step
 from hooks2callbacks.migration._tf1 import _Tf1Run
+
+_NOT_RESTORED = "the optimizer's variables not in the checkpoint keep their values"
 
 MODES = ("train", "eval", "predict")
 
@@ -199,8 +202,19 @@ def check_migration(
                 "layers as the TF1 scopes (keras.layers.Dense(..., name='dense')) or pass "
                 "assignment_map={'tf1_scope/': 'keras_scope/'}."
             )
-        notes += [f"same start: {note}" for note in restored.notes]
-        notes += [f"same start: {w.message}" for w in caught if str(w.message) not in " ".join(restored.notes)]
+        # Slots a custom optimizer named otherwise: one note, the map that restores them, as code.
+        proposal = restored.proposed_map
+        left = [n for n in restored.not_restored if n not in set(proposal.values())]
+        shown = [n for n in restored.notes if not (proposal and _NOT_RESTORED in n)]
+        if proposal:
+            shown.append(slot_map_note(proposal, assignment_map))
+        if proposal and left:
+            shown.append(f"{_NOT_RESTORED} (no checkpoint entry of their variable, kind and shape): {left}")
+        notes += [f"same start: {note}" for note in shown]
+        # restore_tf1_checkpoint warned of each of its notes too (prefixed with where): shown once
+        notes += [
+            f"same start: {w.message}" for w in caught if not any(note in str(w.message) for note in restored.notes)
+        ]
         if epsilon_notes_fit(tf1_run.graph, keras_model):
             # The restore compares with TF1's default epsilon; the graph's own is known and the Keras one's.
             notes = [note for note in notes if "epsilon" not in note]
@@ -225,8 +239,11 @@ def check_migration(
                 sides["keras"].error = error
         for side in sides.values():
             _file_items(side)
+        keras_checkpoints_as_tf1(sides["keras"], assignment_map)
         tf1_sides = [sides["tf1"], *([sides["tf1 after"]] if "tf1 after" in sides else [])]
-        report = _report_in_orders(mode, tf1_sides, sides["keras"], _Compare(rtol, atol), not_compared, notes)
+        report, run_order = _report_in_orders(
+            mode, tf1_sides, sides["keras"], _Compare(rtol, atol), not_compared, notes
+        )
         if mode == "train" and per_step and sides["tf1"].step:
             # From the same weights at every step, with tight tolerances: a real difference shows at
             # its first step; float order does not compound (see _steps).
@@ -239,6 +256,7 @@ def check_migration(
                     work,
                     assignment_map,
                     _Compare(step_rtol, step_atol),
+                    order=run_order,  # where the train op raced, the order the free-running run matched
                 )
             parted_at = min((d.step for d in found if d.step is not None), default=None)
             kept, drift = split_drift(report.differences, parted_at, _Compare(drift_rtol, drift_atol))

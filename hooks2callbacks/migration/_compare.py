@@ -198,19 +198,23 @@ def _values(tf1: _Side, keras: _Side) -> dict[tuple[str, str], dict[str, list[tu
 
 def _report_in_orders(
     mode: str, tf1_sides: list[_Side], keras: _Side, compare: _Compare, not_compared: list[str], notes: list[str]
-) -> MigrationReport:
+) -> tuple[MigrationReport, int]:
     """The report against the TF1 run in each order TF1 allowed (`_races`): per hook, the order Keras matched.
 
     A hook whose fetch raced is compared with the TF1 run in each order, from
     its first step to its last, and judged by the one it matched (by the one
     with fewer differences where it matched neither): TF1 could have given
     either run, never a mix of the two within one hook's record as Keras saw it.
+
+    Returns:
+        The report, and the order of the train op's own races that the Keras side
+        matched (or came nearer), an index of `ORDERS`; 0 where the train op did not race.
     """
     reports = [_report(mode, side, keras, compare, not_compared, notes) for side in tf1_sides]
     report = reports[0]
     races = tf1_sides[0].races
     if len(reports) == 1 or not races:
-        return report
+        return report, 0
     if any(name == "(run)" for name, _ in races):
         # The train op itself raced: the weights differ between the orders, so every hook, and
         # the run, are judged against one order, the one Keras matched (or came nearer).
@@ -221,7 +225,7 @@ def _report_in_orders(
             + (f"matched {ORDERS[chosen]!r} at every step" if report.ok else f"came nearer {ORDERS[chosen]!r}")
             for race in races.values()
         ]
-        return report
+        return report, chosen
     differences = [d for d in report.differences if d.hook not in report.hooks]
     compared: dict[str, dict[str, int]] = {}
     for hook in report.hooks:
@@ -251,7 +255,7 @@ def _report_in_orders(
         differences += per_order[chosen]
     report.differences = differences
     report.compared = compared
-    return report
+    return report, 0
 
 
 def with_first_steps(differences: list[Difference]) -> list[Difference]:

@@ -51,6 +51,7 @@ def per_step(
     work: str,
     assignment_map: Mapping[str, str] | None,
     compare: Any,
+    order: int = 0,
 ) -> tuple[list[Difference], int]:
     """Each of the first `steps` train steps, from TF1's weights of that step, on both sides.
 
@@ -62,6 +63,9 @@ def per_step(
         work: A directory for the per-step checkpoints.
         assignment_map: As `check_migration`'s.
         compare: The `_Compare` with the per-step tolerances.
+        order: Where the train op itself raced (a rate read from the step the same
+            run writes), the order to run TF1's step in: the one the free-running
+            comparison matched (an index of `_races.ORDERS`).
 
     Returns:
         The differences, at most one per step and variable (hook `"(per step)"`),
@@ -72,11 +76,14 @@ def per_step(
     graph = tf1_run.graph
     with graph.as_default():
         watch = RaceWatch(graph, tf1_run.fetches)
-        watch.order(watch.run_races(), 0)
+        watch.order(watch.run_races(), order)
         v1 = tf.compat.v1
         saved = {v.op.name: v for v in v1.global_variables()}
         init = [v1.global_variables_initializer(), v1.local_variables_initializer()]
         with v1.Session(graph=graph) as session:
+            # The global step first, as in _Tf1Run.save_initial: the model_fn's initializers (a warm
+            # start's) were built under the dependency on its read.
+            session.run(tf1_run.global_step.initializer)
             session.run(init)
             tf1_run.saver.restore(session, prefix)
             points, losses, after = [], [], []

@@ -45,6 +45,7 @@ class _Tf1Run:
             # stock hooks assume (Estimator left it to the scheduler).
             with tf.control_dependencies([read]), _legacy_layers():
                 spec = model_fn(features=features, labels=labels, mode=_TF1_MODE[mode], params=params or {})
+                spec = _as_estimator_spec(spec)
             self.fetches = self._fetches(spec)
             self.loss = getattr(spec, "loss", None)
             # eval_metric_ops by the keys the user knows: (value tensor, update op).
@@ -110,6 +111,9 @@ class _Tf1Run:
 
     def save_initial(self, directory: str) -> str:
         with self.graph.as_default(), tf.compat.v1.Session(graph=self.graph) as session:
+            # The global step first: model_fn's initializers (a warm start's restores) were built
+            # under the dependency on its read, which needs it initialized.
+            session.run(self.global_step.initializer)
             session.run(tf.compat.v1.global_variables_initializer())
             return str(self.saver.save(session, os.path.join(directory, "initial.ckpt"), write_meta_graph=False))
 
@@ -141,13 +145,27 @@ class _Tf1Run:
                     if isinstance(hook, tf.compat.v1.train.NanTensorHook) and vars(hook).get("_loss_tensor") == "loss":
                         nan_hook_loss(hook, self.loss)
             hooks = [_wrap(_on_tf1(h, self.loss, self.results), i, side) for i, h in enumerate(made)]
-            scaffold = tf.compat.v1.train.Scaffold(init_fn=lambda _, session: self.saver.restore(session, prefix))
+            # init_fn restores every global variable, so init_op need only initialize the step whose
+            # read the model_fn's initializers (a warm start's) depend on.
+            scaffold = tf.compat.v1.train.Scaffold(
+                init_op=self.global_step.initializer, init_fn=lambda _, session: self.saver.restore(session, prefix)
+            )
             creator = tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold)
             limit = len(self.batches) if steps is None else steps
             with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=hooks) as session:
                 while side.step < limit and not session.should_stop():
                     session.run(self.fetches)
                     side.step += 1
+
+
+def _as_estimator_spec(spec: Any) -> Any:
+    """The EstimatorSpec that Estimator ran: a `TPUEstimatorSpec` converted as `TPUEstimator(use_tpu=False)` did.
+
+    TPUEstimator called `spec.as_estimator_spec()` on CPU, which calls `eval_metrics`'
+    metric_fn on its tensors (giving `eval_metric_ops`) and `scaffold_fn`.
+    """
+    convert = getattr(spec, "as_estimator_spec", None)
+    return convert() if callable(convert) else spec
 
 
 @contextlib.contextmanager
