@@ -2,9 +2,10 @@
 
 * `install_estimator_aliases()` gives back `tf.estimator.<X>` (and
   `tf.compat.v1.estimator.<X>`) for the hook API, which TF 2.16 removed with
-  `tf.estimator`: the very classes of `tf.compat.v1.train`, plus `ModeKeys`
-  and a plain `EstimatorSpec` record. Hook files written against
-  `tf.estimator` then import unchanged.
+  `tf.estimator`: the very classes of `tf.compat.v1.train`, plus `ModeKeys`,
+  a plain `EstimatorSpec` record and `tpu.TPUEstimatorSpec` (as
+  `TPUEstimator(use_tpu=False)` ran it). Hook files and model_fns written
+  against `tf.estimator` then import and run unchanged.
 * `estimator_hooks(model_dir)` returns the hooks `Estimator.train` added to
   every run without being asked, as stock `tf.compat.v1.train` hooks, so a
   Keras run writes the `model_dir` an Estimator wrote:
@@ -76,6 +77,46 @@ class EstimatorSpec(NamedTuple):
     prediction_hooks: Any = ()
 
 
+class TPUEstimatorSpec(NamedTuple):
+    """What a TPU job's `model_fn` returned: `tf.estimator.tpu.TPUEstimatorSpec`'s fields.
+
+    `eval_metrics` is a `(metric_fn, tensors)` pair, not `eval_metric_ops`;
+    `as_estimator_spec()` converts it as `TPUEstimator(use_tpu=False)` did on
+    CPU. `host_call` ran on the TPU host only and is not converted.
+    """
+
+    mode: str
+    predictions: Any = None
+    loss: Any = None
+    train_op: Any = None
+    eval_metrics: Any = None
+    export_outputs: Any = None
+    scaffold_fn: Any = None
+    host_call: Any = None
+    training_hooks: Any = ()
+    evaluation_hooks: Any = ()
+    prediction_hooks: Any = ()
+
+    def as_estimator_spec(self) -> EstimatorSpec:
+        """The EstimatorSpec a CPU run made of it: `eval_metric_ops` from `metric_fn(*tensors)`."""
+        ops = None
+        if self.eval_metrics is not None:
+            metric_fn, tensors = self.eval_metrics
+            ops = metric_fn(**tensors) if isinstance(tensors, dict) else metric_fn(*tensors)
+        return EstimatorSpec(
+            mode=self.mode,
+            predictions=self.predictions,
+            loss=self.loss,
+            train_op=self.train_op,
+            eval_metric_ops=ops,
+            export_outputs=self.export_outputs,
+            training_hooks=self.training_hooks,
+            scaffold=self.scaffold_fn() if self.scaffold_fn else None,
+            evaluation_hooks=self.evaluation_hooks,
+            prediction_hooks=self.prediction_hooks,
+        )
+
+
 # What tf.estimator exported of the hook API (tensorflow_estimator 2.15's
 # `tf.estimator` namespace), each the tf.compat.v1.train class it was.
 _HOOK_API = (
@@ -106,8 +147,9 @@ class _EstimatorAliases(types.ModuleType):
         if name.startswith("__"):
             raise AttributeError(name)
         raise AttributeError(
-            f"tf.estimator.{name} is not one of the names hooks2callbacks.install_estimator_aliases() "
-            f"gives back: it gives the hook API ({', '.join(_HOOK_API)}), ModeKeys and EstimatorSpec. "
+            f"{self.__name__.replace('tensorflow', 'tf')}.{name} is not one of the names hooks2callbacks.install_estimator_aliases() "
+            f"gives back: it gives the hook API ({', '.join(_HOOK_API)}), ModeKeys, EstimatorSpec and "
+            "tpu.TPUEstimatorSpec. "
             "tf.estimator itself was removed in TensorFlow 2.16. The TF2 way: train with "
             "model.fit(callbacks=[hooks2callbacks.HookCallback(hooks)]), take the Estimator's "
             "settings from hooks2callbacks.estimator_hooks(model_dir), and see the migration page's "
@@ -138,8 +180,9 @@ def install_estimator_aliases() -> dict[str, Any]:
     `CheckpointSaverListener` and every stock hook `tf.estimator` exported
     (`LoggingTensorHook`, `StopAtStepHook`, ...) are those very classes, under
     `tf.estimator` and `tf.compat.v1.estimator`, with `ModeKeys` (`"train"`,
-    `"eval"`, `"infer"`) and `EstimatorSpec`, a plain record of the fields a
-    `model_fn` passed. Any other name fails with an `AttributeError` that names
+    `"eval"`, `"infer"`), `EstimatorSpec`, a plain record of the fields a
+    `model_fn` passed, and `tpu.TPUEstimatorSpec`, whose `as_estimator_spec()`
+    converts it as `TPUEstimator(use_tpu=False)` did. Any other name fails with an `AttributeError` that names
     this function and the TF2 way.
 
     Example:
@@ -163,7 +206,9 @@ def install_estimator_aliases() -> dict[str, Any]:
         return {}
     if _installed is None:
         names: dict[str, Any] = {name: getattr(_T, name) for name in _HOOK_API}
-        names.update(ModeKeys=ModeKeys, EstimatorSpec=EstimatorSpec)
+        tpu = _EstimatorAliases("tensorflow.estimator.tpu", "tf.estimator.tpu's spec, given back by hooks2callbacks")
+        tpu.TPUEstimatorSpec = TPUEstimatorSpec
+        names.update(ModeKeys=ModeKeys, EstimatorSpec=EstimatorSpec, tpu=tpu)
         aliases = _EstimatorAliases(
             "tensorflow.estimator", "tf.estimator's hook API, given back by hooks2callbacks.install_estimator_aliases()"
         )

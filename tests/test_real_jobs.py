@@ -26,7 +26,7 @@ from hooks2callbacks.migration._tf1 import _legacy_layers
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "estimator_era"))
 from jobs import bert_like, mnist_like  # noqa: E402
-from jobs.spec import TPUSpecLike  # noqa: E402
+from hooks2callbacks._estimator import TPUEstimatorSpec
 
 V1 = tf.compat.v1
 
@@ -224,7 +224,7 @@ def test_bert_like_job_runs_as_written_under_tf1(tmp_path):
         step = V1.train.get_or_create_global_step()
         V1.set_random_seed(SEED)
         spec = model_fn({k: tf.constant(v) for k, v in features.items()}, None, "train", {})
-        assert isinstance(spec, TPUSpecLike)
+        assert isinstance(spec, TPUEstimatorSpec)
         word = next(v for v in V1.global_variables() if v.op.name == "bert/embeddings/word_embeddings")
         slots = sorted(v.op.name for v in V1.global_variables() if v.op.name.endswith(("/adam_m", "/adam_v")))
         with V1.train.MonitoredTrainingSession(checkpoint_dir=None) as session:

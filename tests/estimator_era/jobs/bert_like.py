@@ -28,7 +28,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from jobs.spec import TPUSpecLike
+from hooks2callbacks._estimator import TPUEstimatorSpec
 
 V1 = tf.compat.v1
 
@@ -162,7 +162,7 @@ def model_fn_builder(init_checkpoint, rate, total_steps, warmup_steps):
         if init_checkpoint:
             V1.train.init_from_checkpoint(init_checkpoint, {"bert/": "bert/"})
         if training:
-            return TPUSpecLike(mode=mode, loss=loss, train_op=train_op_for(loss, rate, total_steps, warmup_steps))
+            return TPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op_for(loss, rate, total_steps, warmup_steps))
 
         def metric_fn(per_example, label_ids, logits):
             predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
@@ -171,7 +171,7 @@ def model_fn_builder(init_checkpoint, rate, total_steps, warmup_steps):
                 "eval_loss": V1.metrics.mean(values=per_example),
             }
 
-        return TPUSpecLike(mode=mode, loss=loss, eval_metrics=(metric_fn, [per_example, label_ids, logits]))
+        return TPUEstimatorSpec(mode=mode, loss=loss, eval_metrics=(metric_fn, [per_example, label_ids, logits]))
 
     return model_fn
 

@@ -25,7 +25,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from jobs.spec import TPUSpecLike
+from hooks2callbacks._estimator import TPUEstimatorSpec
 
 V1 = tf.compat.v1
 
@@ -54,13 +54,13 @@ def model_fn(features, labels, mode, params):
         global_step = V1.train.get_or_create_global_step()
         rate = V1.train.exponential_decay(RATE, global_step, DECAY_STEPS, DECAY)
         train_op = V1.train.GradientDescentOptimizer(rate).minimize(loss, global_step)
-        return TPUSpecLike(mode=mode, loss=loss, train_op=train_op)
+        return TPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op)
 
     def metric_fn(labels, logits):
         predicted = tf.argmax(logits, axis=1, output_type=tf.int32)
         return {"accuracy": V1.metrics.accuracy(labels=labels, predictions=predicted)}
 
-    return TPUSpecLike(mode=mode, loss=loss, eval_metrics=(metric_fn, (labels, logits)))
+    return TPUEstimatorSpec(mode=mode, loss=loss, eval_metrics=(metric_fn, (labels, logits)))
 
 
 def warm_started(warm_start_from):
