@@ -147,7 +147,8 @@ class _EstimatorAliases(types.ModuleType):
         if name.startswith("__"):
             raise AttributeError(name)
         raise AttributeError(
-            f"{self.__name__.replace('tensorflow', 'tf')}.{name} is not one of the names hooks2callbacks.install_estimator_aliases() "
+            f"{self.__name__.replace('tensorflow', 'tf')}.{name} is not one of the names "
+            "hooks2callbacks.install_estimator_aliases() "
             f"gives back: it gives the hook API ({', '.join(_HOOK_API)}), ModeKeys, EstimatorSpec and "
             "tpu.TPUEstimatorSpec. "
             "tf.estimator itself was removed in TensorFlow 2.16. The TF2 way: train with "
@@ -207,7 +208,7 @@ def install_estimator_aliases() -> dict[str, Any]:
     if _installed is None:
         names: dict[str, Any] = {name: getattr(_T, name) for name in _HOOK_API}
         tpu = _EstimatorAliases("tensorflow.estimator.tpu", "tf.estimator.tpu's spec, given back by hooks2callbacks")
-        tpu.TPUEstimatorSpec = TPUEstimatorSpec
+        tpu.__dict__["TPUEstimatorSpec"] = TPUEstimatorSpec
         names.update(ModeKeys=ModeKeys, EstimatorSpec=EstimatorSpec, tpu=tpu)
         aliases = _EstimatorAliases(
             "tensorflow.estimator", "tf.estimator's hook API, given back by hooks2callbacks.install_estimator_aliases()"

@@ -119,7 +119,8 @@ def test_a_tf_estimator_hook_file_imports_unchanged_and_runs_as_under_a_monitore
         clock.now += 0.5
 
     def make():
-        return hooks.ExamplesPerSecondHook(BATCH, every_n_steps=5, warm_steps=2, metric_logger=logger.BaseBenchmarkLogger())
+        metrics = logger.BaseBenchmarkLogger()
+        return hooks.ExamplesPerSecondHook(BATCH, every_n_steps=5, warm_steps=2, metric_logger=metrics)
 
     run_tf1_mlp([make()], weights_of(make_model(K, layer_names=TF1_NAMES)), steps=20, before_step=tick)
     tf1 = benchmark_lines(tf_info)

@@ -102,3 +102,6 @@ def test_a_rate_that_reads_the_step_its_own_optimizer_increments_is_ok_and_liste
     (race,) = report.nondeterminism
     assert race.startswith("the train op: its op 'PolynomialDecay/Cast")
     assert "'global_step'" in race and "(Assign)" in race and "matched 'read before write'" in race
+    # TF1's two runs, one in each order, part where the rate did: their spread, per hook and key.
+    assert list(report.tf1_spread) == [("0 LoggingTensorHook", "results['loss']")], report.tf1_spread
+    assert report.tf1_spread["0 LoggingTensorHook", "results['loss']"] > 1e-3  # a rate apart, from step 1 on

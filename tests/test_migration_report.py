@@ -1,4 +1,4 @@
-"""check_migration's report: FinalOpsHook's final values compared, and report.plot."""
+"""check_migration's report: FinalOpsHook's final values compared, report.plot, the drift lines."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from test_migration import NAMES, V1, X, Y, keras_twin, model_fn, under_keras
 from test_migration_steps import log_loss
 
 from hooks2callbacks import check_migration
+from hooks2callbacks.migration._report import Difference, _drift_lines
 
 EVAL_NAMES = {"cross_entropy": "loss", "accuracy/update_op": "accuracy", "accuracy/value": "accuracy"}
 
@@ -57,3 +58,18 @@ def test_plot_without_matplotlib_says_how_to_get_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)  # as if not installed
     with pytest.raises(ImportError, match="pip install matplotlib"):
         report.plot("0 LoggingTensorHook", "results['loss']")
+
+
+def test_a_drift_line_gives_tf1s_own_spread_where_tf1_ran_in_both_orders():
+    drift = [
+        Difference("0 LoggingTensorHook", "after_run", step, "results['loss']", 1.0, 1.0 + size, "value")
+        for step, size in ((3, 2e-6), (4, 5e-6))
+    ]
+    spread = {("0 LoggingTensorHook", "results['loss']"): 7e-6}
+    (line,) = _drift_lines(drift, spread)
+    assert line == (
+        "0 LoggingTensorHook results['loss']: from step 3, 2 step(s), max |diff| 5e-06 at step 4; "
+        "TF1 against TF1 (its two orders): max |diff| 7e-06"
+    )
+    (alone,) = _drift_lines(drift, {})
+    assert "TF1 against TF1" not in alone

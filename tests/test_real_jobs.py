@@ -22,11 +22,11 @@ import pytest
 import tensorflow as tf
 
 from hooks2callbacks import check_migration
+from hooks2callbacks._estimator import TPUEstimatorSpec
 from hooks2callbacks.migration._tf1 import _legacy_layers
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "estimator_era"))
 from jobs import bert_like, mnist_like  # noqa: E402
-from hooks2callbacks._estimator import TPUEstimatorSpec
 
 V1 = tf.compat.v1
 

@@ -35,7 +35,7 @@ from typing import Any
 from hooks2callbacks._checkpoint import restore_tf1_checkpoint
 from hooks2callbacks._dispatch import is_factory
 from hooks2callbacks.callback import HookCallback
-from hooks2callbacks.migration._compare import _Compare, _report_in_orders, split_drift, with_first_steps
+from hooks2callbacks.migration._compare import _Compare, _report_in_orders, split_drift, tf1_spread, with_first_steps
 from hooks2callbacks.migration._data import _batches, _check_inputs, _kind
 from hooks2callbacks.migration._hints import _hints, _op_names, epsilon_notes_fit
 from hooks2callbacks.migration._keras import _counting, _run_keras
@@ -262,6 +262,7 @@ def check_migration(
             kept, drift = split_drift(report.differences, parted_at, _Compare(drift_rtol, drift_atol))
             report.differences = kept + found
             report.drift = with_first_steps(drift)
+            report.tf1_spread = tf1_spread(tf1_sides, mode)
         report.differences = with_first_steps(
             _hints(
                 report.differences,

@@ -258,6 +258,25 @@ def _report_in_orders(
     return report, 0
 
 
+def tf1_spread(tf1_sides: list[_Side], mode: str) -> dict[tuple[str, str], float]:
+    """How far TF1's own runs in its two orders part, per hook and key (`series_key`): the largest |diff|.
+
+    Where TF1 left an order to its scheduler it ran twice, once in each order;
+    what those two runs differ by is a spread TF1 itself had, the yardstick for
+    a drift of the Keras side.
+    """
+    if len(tf1_sides) < 2:
+        return {}
+    exact = _Compare(0.0, 0.0)
+    spread: dict[tuple[str, str], float] = {}
+    for d in _report(mode, tf1_sides[0], tf1_sides[1], exact, [], []).differences:
+        size = d.max_diff
+        if size is not None:
+            key = series_key(d)
+            spread[key] = max(spread.get(key, 0.0), size[0])
+    return spread
+
+
 def with_first_steps(differences: list[Difference]) -> list[Difference]:
     """Each difference with the first step at which the sides parted on its hook and key."""
     first: dict[tuple[str, str], int] = {}

@@ -75,6 +75,10 @@ class MigrationReport:
             verdict: numbers within the drift tolerances, before the first step
             at which the per-step comparison (each step from TF1's weights of
             that step) parted.
+        tf1_spread: Where TF1 ran in each of the orders it allowed (see
+            `nondeterminism`), how far its own two runs parted, per hook and
+            key: `{(hook, key): largest |diff|}`, the key without its step.
+            Drift within it is within what TF1 itself gave.
         per_step_steps: The train steps compared from the same weights (0
             outside train mode, or with `per_step=False`).
         values: Each hook's numeric results step by step on each side:
@@ -101,6 +105,7 @@ class MigrationReport:
     nondeterminism: list[str] = dataclasses.field(default_factory=list)
     drift: list[Difference] = dataclasses.field(default_factory=list)
     per_step_steps: int = 0
+    tf1_spread: dict[tuple[str, str], float] = dataclasses.field(default_factory=dict)
     values: dict[tuple[str, str], dict[str, list[tuple[int, Any]]]] = dataclasses.field(
         default_factory=dict, repr=False
     )
@@ -187,7 +192,7 @@ class MigrationReport:
             ("TF1's own nondeterminism:", self.nondeterminism),
             (
                 "Drift (float order within the drift tolerances, each step equal from the same weights):",
-                _drift_lines(self.drift),
+                _drift_lines(self.drift, self.tf1_spread),
             ),
             ("Not compared:", self.not_compared),
             ("Notes:", self.notes),
@@ -224,8 +229,8 @@ def series_key(difference: Difference) -> tuple[str, str]:
     return difference.hook, key
 
 
-def _drift_lines(drift: list[Difference], most: int = 12) -> list[str]:
-    """One line per hook and key: the first step it parted at, and its largest difference."""
+def _drift_lines(drift: list[Difference], spread: dict[tuple[str, str], float], most: int = 12) -> list[str]:
+    """One line per hook and key: the first step it parted at, its largest difference, and TF1's own spread."""
     series: dict[tuple[str, str], list[Difference]] = {}
     for d in drift:
         series.setdefault(series_key(d), []).append(d)
@@ -234,6 +239,8 @@ def _drift_lines(drift: list[Difference], most: int = 12) -> list[str]:
         sizes = [(d.max_diff or (0.0, None))[0] for d in found]
         largest = found[int(np.argmax(sizes))]
         size = f", max |diff| {max(sizes):.3g} at step {largest.step}" if max(sizes) > 0 else ""
+        if (hook, key) in spread:
+            size += f"; TF1 against TF1 (its two orders): max |diff| {spread[hook, key]:.3g}"
         lines.append(f"{hook} {key}: from step {min(d.step or 0 for d in found)}, {len(found)} step(s){size}")
     more = [f"... and {len(lines) - most} more (MigrationReport.drift)"] if len(lines) > most else []
     return lines[:most] + more
