@@ -193,7 +193,9 @@ class BertTwin(BertLikeTwin):
         flat = tf.reshape(x, [-1, c.hidden_size])
         for i in range(c.num_hidden_layers):
             layer = f"bert/encoder/layer_{i}"
-            query, key, value = (split(self.dense(flat, f"{layer}/attention/self/{n}")) for n in ("query", "key", "value"))
+            query, key, value = (
+                split(self.dense(flat, f"{layer}/attention/self/{n}")) for n in ("query", "key", "value")
+            )
             scores = tf.matmul(query, key, transpose_b=True) * (1.0 / math.sqrt(float(size)))
             probabilities = tf.nn.softmax(scores + adder)
             context = tf.reshape(tf.transpose(tf.matmul(probabilities, value), [0, 2, 1, 3]), [-1, heads * size])
@@ -299,9 +301,7 @@ def eval_hooks():
     (tf.metrics' update ops: the evaluation's aggregate so far)."""
     return [
         *estimator_hooks_factory()(),
-        V1.train.LoggingTensorHook(
-            {key: name for name, key in EVAL_NAMES.items()}, every_n_iter=1
-        ),
+        V1.train.LoggingTensorHook({key: name for name, key in EVAL_NAMES.items()}, every_n_iter=1),
     ]
 
 
@@ -313,7 +313,15 @@ def test_check_migration_run_classifier_train(tmp_path):
 
 
 def test_check_migration_run_classifier_eval(tmp_path):
+    """Eval: each batch's loss, and the job's `eval_loss` (`tf.metrics.mean(per_example_loss)`)
+    and `eval_accuracy` as TF1 held them, the evaluation's aggregates so far; Keras's too."""
     report = check_classifier(tmp_path, "eval")
     report.assert_ok()
-    print(report)
-    print({k: v for k, v in report.values.items()})
+    assert report.steps == {"tf1": 4, "keras": 4}
+    values = report.values
+    for side in ("tf1", "keras"):
+        losses = [v for _, v in values[("1 LoggingTensorHook", "results['loss']")][side]]
+        eval_loss = [v for _, v in values[("2 LoggingTensorHook", "results['eval_loss']")][side]]
+        # equal batches: the aggregate at step k is the mean of the batches' losses so far
+        assert eval_loss == pytest.approx([np.mean(losses[: k + 1]) for k in range(4)], rel=1e-5), side
+        assert eval_loss[1] != pytest.approx(losses[1], rel=1e-5), side  # not the batch's own

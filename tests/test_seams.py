@@ -150,6 +150,7 @@ def test_compiled_loss_keys_of_a_keras3_model_compiled_without_a_loss_and_eval_h
     deprecated method: the keys are `{"loss"}`, and an eval hook gets each batch's own loss
     (it raised AttributeError: 'function' object has no attribute 'metrics')."""
     model = _OwnLoss()
+
     def per_example(y: Any, y_pred: Any) -> Any:
         return keras.losses.sparse_categorical_crossentropy(y, y_pred, from_logits=True)
 
