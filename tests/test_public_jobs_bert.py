@@ -172,7 +172,8 @@ class BertTwin(BertLikeTwin):
         y = tf.nn.bias_add(tf.matmul(x, self.w(f"{scope}/kernel")), self.w(f"{scope}/bias"))
         return y if activation is None else activation(y)
 
-    def call(self, features, training=False):
+    def encode(self, features):
+        """`modeling.BertModel`: the sequence output [batch, length, hidden] and the pooled output."""
         c = CONFIG
         heads, size = c.num_attention_heads, c.hidden_size // c.num_attention_heads
         ids = features["input_ids"]
@@ -203,8 +204,11 @@ class BertTwin(BertLikeTwin):
             attended = self.norm(attended + flat, f"{layer}/attention/output/LayerNorm")
             inner = self.dense(attended, f"{layer}/intermediate/dense", bert.modeling.gelu)
             flat = self.norm(self.dense(inner, f"{layer}/output/dense") + attended, f"{layer}/output/LayerNorm")
-        first = tf.reshape(flat, [batch, length, c.hidden_size])[:, 0]
-        pooled = self.dense(first, "bert/pooler/dense", tf.tanh)
+        sequence = tf.reshape(flat, [batch, length, c.hidden_size])
+        return sequence, self.dense(sequence[:, 0], "bert/pooler/dense", tf.tanh)
+
+    def call(self, features, training=False):
+        _, pooled = self.encode(features)
         if training:
             pooled = tf1_dropout(pooled, self.seeds, 1.0 - KEEP)
         logits = tf.nn.bias_add(tf.matmul(pooled, self.w("output_weights"), transpose_b=True), self.w("output_bias"))
@@ -270,6 +274,8 @@ def test_run_classifier_runs_as_written_under_tf1(tmp_path):
             session.run([update for _, update in ops.eval_metric_ops.values()])
             results, loss = session.run([{k: value for k, (value, _) in ops.eval_metric_ops.items()}, spec.loss])
     assert sorted(results) == ["eval_accuracy", "eval_loss"] and 0 <= results["eval_accuracy"] <= 1
+    # the names the eval check's hooks fetch them by
+    assert {ops.eval_metric_ops[key][1].op.name: key for key in results} == EVAL_NAMES
     assert results["eval_loss"] == pytest.approx(loss, rel=1e-6)  # one batch: its mean is the batch's loss
 
 
@@ -325,3 +331,190 @@ def test_check_migration_run_classifier_eval(tmp_path):
         # equal batches: the aggregate at step k is the mean of the batches' losses so far
         assert eval_loss == pytest.approx([np.mean(losses[: k + 1]) for k in range(4)], rel=1e-5), side
         assert eval_loss[1] != pytest.approx(losses[1], rel=1e-5), side  # not the batch's own
+
+
+# --- run_pretraining: the masked LM and next sentence prediction, on the same twin's encoder. ---
+
+PREDICTIONS = 3  # max_predictions_per_seq
+
+
+def pretraining_data(n, seed=3):
+    """Features as run_pretraining's input_fn parsed them, and the labels (next_sentence_labels) for Keras."""
+    features, _ = data(n, seed)
+    rng = np.random.RandomState(seed)
+    lengths = features["input_mask"].sum(axis=1)
+    positions = np.stack([rng.choice(length, PREDICTIONS, replace=False) for length in lengths])
+    weights = (rng.rand(n, PREDICTIONS) < 0.8).astype(np.float32)  # some predictions are padding
+    weights[:, 0] = 1.0
+    del features["label_ids"]
+    features.update(
+        masked_lm_positions=(positions * weights).astype(np.int32),  # padding: position 0, weight 0
+        masked_lm_ids=(rng.randint(1, CONFIG.vocab_size, (n, PREDICTIONS)) * weights).astype(np.int32),
+        masked_lm_weights=weights,
+        next_sentence_labels=rng.randint(0, 2, (n, 1)).astype(np.int32),
+    )
+    return features, features["next_sentence_labels"]
+
+
+def pretraining_model_fn(init_checkpoint):
+    """run_pretraining's model_fn, as its main() built it (use_tpu=False, no one-hot embeddings)."""
+    return pypi_jobs.tf1_shapes(
+        bert.run_pretraining.model_fn_builder(
+            bert_config=CONFIG,
+            init_checkpoint=init_checkpoint,
+            learning_rate=RATE,
+            num_train_steps=TOTAL_STEPS,
+            num_warmup_steps=WARMUP_STEPS,
+            use_tpu=False,
+            use_one_hot_embeddings=False,
+        )
+    )
+
+
+PRETRAINING_WEIGHTS = {
+    **{name: shape for name, shape in WEIGHTS.items() if name.startswith("bert/")},
+    "cls/predictions/transform/dense/kernel": (CONFIG.hidden_size, CONFIG.hidden_size),
+    "cls/predictions/transform/dense/bias": (CONFIG.hidden_size,),
+    "cls/predictions/transform/LayerNorm/beta": (CONFIG.hidden_size,),
+    "cls/predictions/transform/LayerNorm/gamma": (CONFIG.hidden_size,),
+    "cls/predictions/output_bias": (CONFIG.vocab_size,),
+    "cls/seq_relationship/output_weights": (2, CONFIG.hidden_size),
+    "cls/seq_relationship/output_bias": (2,),
+}
+
+# run_pretraining's metric_fn's tf.metrics, by their update ops' names: the Keras metrics of the job's names.
+PRETRAINING_EVAL_NAMES = {
+    "accuracy/update_op": "masked_lm_accuracy",
+    "mean/update_op": "masked_lm_loss",
+    "accuracy_1/update_op": "next_sentence_accuracy",
+    "mean_1/update_op": "next_sentence_loss",
+}
+
+
+class PretrainingTwin(BertTwin):
+    """run_pretraining's network in Keras: the encoder, the masked LM head (a transform, then the
+    word embeddings, tied, with a bias of its own) and the next sentence head. Its eval metrics
+    are weighted means, as the job's `tf.metrics` (the masked LM's by `masked_lm_weights`)."""
+
+    def __init__(self, weights):
+        super().__init__(None, weights=weights)
+        self.job_metrics = {
+            name: keras.metrics.Mean(name=name) for name in sorted(set(PRETRAINING_EVAL_NAMES.values()))
+        }
+
+    def call(self, features, training=False):
+        sequence, pooled = self.encode(features)
+        batch, length = tf.shape(sequence)[0], sequence.shape[1]
+        offsets = tf.reshape(tf.range(0, batch, dtype=tf.int32) * length, [-1, 1])
+        positions = tf.reshape(features["masked_lm_positions"] + offsets, [-1])
+        x = tf.gather(tf.reshape(sequence, [-1, CONFIG.hidden_size]), positions)
+        x = self.norm(
+            self.dense(x, "cls/predictions/transform/dense", bert.modeling.gelu), "cls/predictions/transform/LayerNorm"
+        )
+        words = tf.matmul(x, self.w("bert/embeddings/word_embeddings"), transpose_b=True)
+        words = tf.nn.bias_add(words, self.w("cls/predictions/output_bias"))
+        sentences = tf.matmul(pooled, self.w("cls/seq_relationship/output_weights"), transpose_b=True)
+        sentences = tf.nn.bias_add(sentences, self.w("cls/seq_relationship/output_bias"))
+        return {"masked_lm": tf.nn.log_softmax(words), "next_sentence": tf.nn.log_softmax(sentences)}
+
+    @staticmethod
+    def per_example(x, y, y_pred):
+        ids = tf.reshape(x["masked_lm_ids"], [-1])
+        masked_lm = -tf.reduce_sum(y_pred["masked_lm"] * tf.one_hot(ids, CONFIG.vocab_size), axis=[-1])
+        labels = tf.reshape(y, [-1])
+        next_sentence = -tf.reduce_sum(tf.one_hot(labels, 2) * y_pred["next_sentence"], axis=-1)
+        return ids, labels, masked_lm, next_sentence
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """The job's loss: the masked LM's weighted mean (+1e-5 below), plus next sentence's mean."""
+        _, _, masked_lm, next_sentence = self.per_example(x, y, y_pred)
+        weights = tf.reshape(x["masked_lm_weights"], [-1])
+        masked_lm_loss = tf.reduce_sum(weights * masked_lm) / (tf.reduce_sum(weights) + 1e-5)
+        return masked_lm_loss + tf.reduce_mean(next_sentence)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        ids, labels, masked_lm, next_sentence = self.per_example(x, y, y_pred)
+        weights = tf.reshape(x["masked_lm_weights"], [-1])
+        hits = tf.cast(tf.equal(tf.argmax(y_pred["masked_lm"], axis=-1, output_type=tf.int32), ids), tf.float32)
+        self.job_metrics["masked_lm_accuracy"].update_state(hits, weights)
+        self.job_metrics["masked_lm_loss"].update_state(masked_lm, weights)
+        right = tf.equal(tf.argmax(y_pred["next_sentence"], axis=-1, output_type=tf.int32), labels)
+        self.job_metrics["next_sentence_accuracy"].update_state(tf.cast(right, tf.float32))
+        self.job_metrics["next_sentence_loss"].update_state(next_sentence)
+        return super().compute_metrics(x, y, y_pred, sample_weight)
+
+
+def pretraining_twin():
+    model = PretrainingTwin(PRETRAINING_WEIGHTS)
+    model(pretraining_data(BATCH)[0])
+    model.compile(AdamWeightDecay(WarmupThenDecay()), steps_per_execution=1)
+    return model
+
+
+def test_run_pretraining_runs_as_written_under_tf1(tmp_path):
+    """run_pretraining's model_fn under a plain MonitoredTrainingSession: warm-started encoder, the
+    heads' variables, its own step increment; its eval spec's four metrics run."""
+    init = pretrained_checkpoint(str(tmp_path))
+    features, _ = pretraining_data(BATCH)
+    model_fn = pretraining_model_fn(init)
+    with tf.Graph().as_default(), _legacy_layers():
+        step = V1.train.get_or_create_global_step()
+        spec = model_fn({k: tf.constant(v) for k, v in features.items()}, None, "train", {})
+        names = {v.op.name for v in V1.trainable_variables()}
+        word = next(v for v in V1.global_variables() if v.op.name == "bert/embeddings/word_embeddings")
+        with V1.train.MonitoredTrainingSession(checkpoint_dir=None) as session:
+            started = session.run(word)
+            losses = [session.run([spec.train_op, spec.loss])[1] for _ in range(STEPS)]
+            final_step = session.run(step)
+    assert names == set(PRETRAINING_WEIGHTS)
+    np.testing.assert_array_equal(started, tf.train.load_variable(init, "bert/embeddings/word_embeddings"))
+    assert final_step == STEPS and all(np.isfinite(losses)) and min(losses[WARMUP_STEPS:]) < losses[0], losses
+    with tf.Graph().as_default(), _legacy_layers():
+        V1.train.get_or_create_global_step()
+        ops = model_fn({k: tf.constant(v) for k, v in features.items()}, None, "eval", {}).as_estimator_spec()
+        with V1.train.MonitoredSession() as session:
+            session.run([update for _, update in ops.eval_metric_ops.values()])
+            results = session.run({k: value for k, (value, _) in ops.eval_metric_ops.items()})
+    assert sorted(results) == sorted(PRETRAINING_EVAL_NAMES.values())
+    assert all(np.isfinite(v) for v in results.values()), results
+    assert {pair[1].op.name: key for key, pair in ops.eval_metric_ops.items()} == PRETRAINING_EVAL_NAMES
+
+
+def check_pretraining(tmp_path, mode):
+    init = pretrained_checkpoint(str(tmp_path))
+    model = pretraining_twin()
+    steps = STEPS if mode == "train" else None
+
+    def eval_hooks():
+        logged = {key: name for name, key in PRETRAINING_EVAL_NAMES.items()}
+        return [*estimator_hooks_factory()(), V1.train.LoggingTensorHook(logged, every_n_iter=1)]
+
+    return check_migration(
+        named_loss(pretraining_model_fn(init)),
+        model,
+        estimator_hooks_factory(last_step=steps) if mode == "train" else eval_hooks,
+        pretraining_data(BATCH * 4),
+        steps=steps,
+        mode=mode,
+        batch_size=BATCH,
+        names={"total_loss": "loss", **(PRETRAINING_EVAL_NAMES if mode == "eval" else {})},
+        values="batch" if mode == "train" else None,
+        assignment_map=bert_assignment_map(model, weights=PRETRAINING_WEIGHTS),
+    )
+
+
+def test_check_migration_run_pretraining_train(tmp_path):
+    report = check_pretraining(tmp_path, "train")
+    report.assert_ok()
+    assert_rate_race_listed(report)
+    assert report.per_step_steps == STEPS
+
+
+def test_check_migration_run_pretraining_eval(tmp_path):
+    """Eval: the job's four tf.metrics (weighted by masked_lm_weights where the job weighted them)
+    as the evaluation's aggregates, on both sides."""
+    report = check_pretraining(tmp_path, "eval")
+    report.assert_ok()
+    for key in PRETRAINING_EVAL_NAMES.values():
+        values = report.values[("2 LoggingTensorHook", f"results['{key}']")]
+        assert len(values["tf1"]) == len(values["keras"]) == 4, key

@@ -51,16 +51,35 @@ def import_bert():
     `tf.estimator.tpu.TPUEstimatorSpec`, which `run_classifier`'s and `run_pretraining`'s
     model_fns use.
 
+    `run_classifier` and `run_pretraining` were scripts of their own, and each defines the same
+    absl flags (`bert_config_file`, ...) at import: in one process the second import raised
+    `DuplicateFlagError`. Before each import the flags that bert's modules defined already are
+    made overridable (`Flag.allow_override`), so the later module's definitions replace them. The
+    jobs' `model_fn_builder`s take everything as arguments and read no flag.
+
     Returns:
-        The modules `modeling`, `optimization`, `run_classifier`.
+        The modules `modeling`, `optimization`, `run_classifier`, `run_pretraining`.
     """
+    import importlib
+
     import hooks2callbacks
 
     install_contrib_layers()
     hooks2callbacks.install_estimator_aliases()
-    from bert import modeling, optimization, run_classifier
+    modules = {}
+    for name in ("modeling", "optimization", "run_classifier", "run_pretraining"):
+        _bert_flags_overridable()
+        modules[name] = importlib.import_module(f"bert.{name}")
+    return types.SimpleNamespace(**modules)
 
-    return types.SimpleNamespace(modeling=modeling, optimization=optimization, run_classifier=run_classifier)
+
+def _bert_flags_overridable():
+    from absl import flags
+
+    for module, defined in flags.FLAGS.flags_by_module_dict().items():
+        if module.startswith("bert."):
+            for flag in defined:
+                flag.allow_override = True
 
 
 @contextlib.contextmanager
