@@ -1,14 +1,15 @@
-"""check_migration on google-research/bert's real `run_classifier` job, from PyPI, run unchanged.
+"""check_migration on google-research/bert's real `run_classifier` and `run_pretraining` jobs, unchanged.
 
-The job is `bert.run_classifier.model_fn_builder` of PyPI `bert-tensorflow==1.0.4` (with its
-`modeling.BertModel` and `optimization.create_optimizer`), imported, not copied: the only help it
-gets is `tests/estimator_era/pypi_jobs.py` (tf.contrib's layers from tf_slim, TF 1.x's
-TensorShape while its model_fn builds) and `install_estimator_aliases()`. Its BertConfig is tiny,
-its pretrained checkpoint is a freshly saved `modeling.BertModel`, its schedule is its own
-(warmup, then polynomial decay) with step counts small enough for both phases to run in the
-checked steps. The job is first run as written, under a plain
-`tf.compat.v1.train.MonitoredTrainingSession`; then `check_migration` compares it, Estimator's
-hooks and all, with a Keras 3 twin of the real network, in train and in eval.
+The jobs are `bert.run_classifier.model_fn_builder` and `bert.run_pretraining.model_fn_builder` of
+PyPI `bert-tensorflow==1.0.4` (with its `modeling.BertModel` and `optimization.create_optimizer`),
+imported, not copied. The only help they get is `install_estimator_aliases()` and
+`tests/estimator_era/pypi_jobs.py`: tf.contrib's layers from tf_slim, TF 1.x's TensorShape while a
+model_fn builds, and the two modules' absl flags allowed in one process. The BertConfig is tiny, the
+pretrained checkpoint a freshly saved `modeling.BertModel`, the schedule the job's own (warmup,
+then polynomial decay) with step counts small enough for both phases to run in the checked steps.
+Each job is first run as written, under a plain `tf.compat.v1.train.MonitoredTrainingSession`;
+then `check_migration` compares it, Estimator's hooks and all, with a Keras 3 twin of the real
+network, in train and in eval.
 
 The twin reuses `tests/test_real_jobs.py`'s parts for its BERT-shaped job (the optimizer twin,
 the schedule, the dropout that draws the TF1 graph's mask, the assignment map, the race check).
@@ -503,7 +504,9 @@ def check_pretraining(tmp_path, mode):
     )
 
 
+@pytest.mark.slow
 def test_check_migration_run_pretraining_train(tmp_path):
+    """Slow (about 20 s here): the optimizer, schedule and race are run_classifier's, checked above."""
     report = check_pretraining(tmp_path, "train")
     report.assert_ok()
     assert_rate_race_listed(report)
