@@ -111,10 +111,10 @@ BERT_WEIGHTS = {
 class BertLikeTwin(keras.Model):
     """The job's network in Keras, one weight per TF1 variable; its dropout draws the TF1 graph's mask."""
 
-    def __init__(self, seeds):
+    def __init__(self, seeds, weights=None):
         super().__init__(name="bert_twin")
         self.seeds = seeds
-        for name, shape in BERT_WEIGHTS.items():
+        for name, shape in (weights or BERT_WEIGHTS).items():
             initializer = "ones" if name.endswith("gamma") else "zeros" if name.endswith(("beta", "bias")) else None
             weight = self.add_weight(name=keras_name(name), shape=shape, initializer=initializer)
             setattr(self, keras_name(name), weight)
@@ -199,12 +199,12 @@ def bert_twin(seeds, ahead=0):
     return model
 
 
-def bert_assignment_map(model, slots=True):
+def bert_assignment_map(model, slots=True, weights=None):
     """The TF1 names of the twin's weights and, with `slots`, of its optimizer's `adam_m`, `adam_v`.
 
     The slots' part is what check_migration proposes (see the slot-map test below).
     """
-    names = {name: keras_name(name) for name in BERT_WEIGHTS}
+    names = {name: keras_name(name) for name in weights or BERT_WEIGHTS}
     if slots:
         optimizer = model.optimizer
         optimizer.build(model.trainable_variables)
