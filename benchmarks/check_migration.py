@@ -13,9 +13,10 @@ the wall time of each whole check (graph building, the same start, both runs,
 reading the checkpoints, the comparison), the first one apart (it traces Keras's
 step), and whether the report was ok. Target (issue 30): under a minute.
 
-With `--real-jobs`, it times instead the checks of tests/test_real_jobs.py on the
-Estimator jobs of tests/estimator_era/jobs/ (written for this project, modelled on
-google-research/bert's run_classifier and tensorflow/tpu's mnist_tpu), in train
+With `--real-jobs`, it times instead the checks the tests make of real public
+Estimator jobs, run unchanged from PyPI packages (tests/test_public_jobs_*.py:
+google-research/bert's run_classifier and run_pretraining), and of the jobs
+written for this project after public ones (tests/test_real_jobs.py), in train
 (8 steps, the job's schedule and warm start) and eval (4 batches), each against the
 time of the Keras twin's own `fit` or `evaluate` of the same batches with no hooks,
 in the same process (issue 38).
@@ -79,39 +80,56 @@ def real_jobs(repeats: int) -> None:
     """Times each real job's check, and its Keras twin's fit/evaluate alone."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path[:0] = [os.path.join(root, "tests"), os.path.join(root, "tests", "estimator_era")]
-    import test_real_jobs as jobs  # noqa: PLC0415  # the tests' jobs and twins, as the tests run them
+    # The tests' jobs and twins, as the tests run them.
+    import test_public_jobs_bert as bert  # noqa: PLC0415
+    import test_real_jobs as shaped  # noqa: PLC0415
 
     def seeds():
-        return jobs.types.SimpleNamespace(seed=None, seed2=None)
+        return shaped.types.SimpleNamespace(seed=None, seed2=None)
 
-    checks = {
-        "bert_like train": lambda d: jobs.check_bert(d, "train"),
-        "bert_like eval": lambda d: jobs.check_bert(d, "eval"),
-        "mnist_like train": lambda d: jobs.check_mnist(d, "train"),
-        "mnist_like eval": lambda d: jobs.check_mnist(d, "eval"),
+    # name: (check(directory, mode), the twin, its data)
+    jobs = {
+        "run_classifier (bert-tensorflow 1.0.4)": (
+            bert.check_classifier,
+            lambda: bert.bert_twin(seeds()),
+            lambda: bert.data(shaped.BATCH * 4),
+        ),
+        "run_pretraining (bert-tensorflow 1.0.4)": (
+            bert.check_pretraining,
+            bert.pretraining_twin,
+            lambda: bert.pretraining_data(shaped.BATCH * 4),
+        ),
+        "bert_like (tests/estimator_era/jobs)": (
+            shaped.check_bert,
+            lambda: shaped.bert_twin(seeds()),
+            lambda: shaped.bert_like.data(shaped.BATCH * 4),
+        ),
+        "mnist_like (tests/estimator_era/jobs)": (
+            shaped.check_mnist,
+            lambda: shaped.mnist_twin(seeds()),
+            lambda: shaped.mnist_like.data(shaped.BATCH * 4),
+        ),
     }
-    alone = {
-        "bert_like": (lambda: jobs.bert_twin(seeds()), lambda: jobs.bert_like.data(jobs.BATCH * 4)),
-        "mnist_like": (lambda: jobs.mnist_twin(seeds()), lambda: jobs.mnist_like.data(jobs.BATCH * 4)),
-    }
-    for name, check in checks.items():
-        job, mode = name.rsplit(" ", 1)
-        make, data = alone[job]
-        for _ in range(repeats):
-            with tempfile.TemporaryDirectory() as directory:
+    for name, (check, make, data) in jobs.items():
+        for mode in ("train", "eval"):
+            for _ in range(repeats):
+                with tempfile.TemporaryDirectory() as directory:
+                    start = time.perf_counter()
+                    report = check(pathlib.Path(directory), mode)
+                    took = time.perf_counter() - start
+                model = make()
+                x, y = data()
                 start = time.perf_counter()
-                report = check(pathlib.Path(directory))
-                took = time.perf_counter() - start
-            model = make()
-            x, y = data()
-            start = time.perf_counter()
-            if mode == "train":
-                model.fit(x, y, batch_size=jobs.BATCH, steps_per_epoch=8, epochs=1, verbose=0)
-            else:
-                model.evaluate(x, y, batch_size=jobs.BATCH, verbose=0)
-            bare = time.perf_counter() - start
-            runs = report.steps
-            print(f"{name}: check {took:.1f} s (session runs {runs}, ok={report.ok}); the twin alone {bare:.1f} s")
+                if mode == "train":
+                    model.fit(x, y, batch_size=shaped.BATCH, steps_per_epoch=shaped.STEPS, epochs=1, verbose=0)
+                else:
+                    model.evaluate(x, y, batch_size=shaped.BATCH, verbose=0)
+                bare = time.perf_counter() - start
+                print(
+                    f"{name} {mode}: check {took:.1f} s (session runs {report.steps}, ok={report.ok}); "
+                    f"the twin alone {bare:.1f} s",
+                    flush=True,
+                )
 
 
 def main() -> None:
