@@ -282,7 +282,10 @@ def _with_metric_keys(names: Mapping[str, Any] | None, metric_ops: Mapping[str, 
     A user knows `eval_metric_ops={"accuracy": tf.compat.v1.metrics.accuracy(...)}`
     by its key; hooks fetch the metric by its ops' names (`accuracy/value`,
     `accuracy/update_op`, or `<scope>/mean/update_op`), which HookCallback's
-    names map must hold.
+    names map must hold. A key the Keras model logs under the same name
+    (`{"accuracy": "accuracy"}`, as official r1 ResNet's `eval_metric_ops`) is
+    already a log key: only its ops' names are added, since HookCallback takes a
+    name mapped to itself for a circle.
     """
     if not names or not metric_ops:
         return names
@@ -295,4 +298,6 @@ def _with_metric_keys(names: Mapping[str, Any] | None, metric_ops: Mapping[str, 
             name = getattr(element, "name", None)
             if isinstance(name, str):
                 expanded.setdefault(name.split(":")[0], target)
+        if target == key:
+            del expanded[key]
     return expanded
