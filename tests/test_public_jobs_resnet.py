@@ -343,7 +343,9 @@ def check_resnet(tmp_path, mode, model=None, per_step=True):
         steps=STEPS if train else None,
         mode=mode,
         batch_size=BATCH,
-        names={"total_loss": "loss"} if train else {"total_loss": "loss", "accuracy": "accuracy", "accuracy_top_5": "accuracy_top_5"},
+        names={"total_loss": "loss"}
+        if train
+        else {"total_loss": "loss", "accuracy": "accuracy", "accuracy_top_5": "accuracy_top_5"},
         values="batch",
         assignment_map=assignment_map(model),
         per_step=per_step,
