@@ -28,8 +28,6 @@ piecewise schedule.
 
 from __future__ import annotations
 
-import re
-
 import keras
 import numpy as np
 import pytest
@@ -180,9 +178,11 @@ def estimator_train_hooks(last_step):
 
 
 def estimator_eval_hooks():
-    """What Estimator.evaluate did (its results written and logged), and the loss of each batch."""
+    """Each batch's loss and the job's two metrics so far (their update ops, by the names the job's
+    graph gave them), and what Estimator.evaluate did at the end (its results logged and written)."""
+    metrics = {"accuracy": "accuracy/update_op", "accuracy_top_5": "mean/update_op"}
     return [
-        V1.train.LoggingTensorHook({"loss": "total_loss"}, every_n_iter=1),
+        V1.train.LoggingTensorHook({"loss": "total_loss", **metrics}, every_n_iter=1),
         *estimator_hooks("model_dir", mode="eval"),
     ]
 
@@ -346,19 +346,47 @@ def check_resnet(tmp_path, mode, model=None, per_step=True):
         names={"total_loss": "loss"}
         if train
         else {"total_loss": "loss", "accuracy": "accuracy", "accuracy_top_5": "accuracy_top_5"},
-        values="batch",
+        # train: each batch's own values, as the TF1 tensors held them; eval: the default (the loss the
+        # batch's, the metrics the aggregates since evaluate() began, as TF1's streaming update ops)
+        values="batch" if train else None,
         assignment_map=assignment_map(model),
         per_step=per_step,
     )
 
 
 def test_check_migration_resnet_train(tmp_path):
+    """ok in train: every hook's calls, values and lines (the job's learning_rate, cross_entropy and
+    train_accuracy at every step), and each step from TF1's weights, batch norm statistics included."""
     report = check_resnet(tmp_path, "train")
     report.assert_ok()
     assert report.per_step_steps == STEPS
-    assert report.nondeterminism == []
+    assert report.nondeterminism == []  # apply_gradients increments the step after the update read the rate
+    assert report.compared["2 LoggingTensorHook"]["lines"] == STEPS
+    rates = report.values[("2 LoggingTensorHook", "results['learning_rate']")]
+    for side_rates in rates.values():
+        # the boundaries at steps 3 and 6 are inside the checked steps
+        np.testing.assert_allclose([r for _, r in side_rates], [0.1] * 4 + [0.01] * 3 + [0.001], rtol=1e-6)
 
 
 def test_check_migration_resnet_eval(tmp_path):
+    """ok in eval, the job's eval_metric_ops taken by their keys (`accuracy`, `accuracy_top_5`): the
+    streaming values at every batch, and Estimator.evaluate's results at the end."""
     report = check_resnet(tmp_path, "eval")
     report.assert_ok()
+    assert report.compared["0 LoggingTensorHook"]["lines"] == 4  # 4 batches
+    writer = report.compared["1 _EvalResultsWriter"]
+    assert writer["lines"] == 1  # "Saving dict for global step 0: accuracy = ..., accuracy_top_5 = ..., ..."
+    assert writer["summaries"] == 3  # accuracy, accuracy_top_5 and loss
+
+
+@pytest.mark.slow
+def test_keras_sgd_under_the_jobs_schedule_is_found_after_the_rate_changes(tmp_path):
+    """A twin compiled with Keras's SGD(momentum=0.9) and the same schedule: Keras keeps -rate times
+    TF1's accumulation, so the first update at the new rate (step 4) still carries the old rate's
+    momentum. The hooks see the same until the loss of step 5, computed from that update."""
+    sgd = keras.optimizers.SGD(piecewise_rate(), momentum=MOMENTUM)
+    report = check_resnet(tmp_path, "train", model=resnet_twin(optimizer=sgd))
+    assert not report.ok
+    free = [d for d in report.differences if d.hook == "1 LoggingTensorHook" and d.key == "results['loss']"]
+    assert free and free[0].step == 5, str(report)
+    assert all(d.parted_at == 5 for d in free)
