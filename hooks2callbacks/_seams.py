@@ -193,12 +193,17 @@ def compiled_loss_keys(model: Any) -> frozenset[str] | None:
     built, in the first step; checked on Keras 3.8.0 and 3.15.1) or tf_keras's
     `model.compiled_loss` (a `LossesContainer`, whose `metrics` are its total and per-output
     `Mean`s once built; checked on tf_keras 2.18.0 and 2.21.0). A model compiled without a loss
-    has none: `{"loss"}`. Missing (another Keras): None, for the caller to make the keys from
-    the model's output names.
+    has none: `{"loss"}` (a Keras 3 model that overrides `compute_loss` logs its loss so). Keras
+    3's `_compile_loss` is then None, and its `compiled_loss` is a deprecated method, not a
+    container: it is read only where `_compile_loss` does not exist. Missing (another Keras):
+    None, for the caller to make the keys from the model's output names.
     """
-    if not hasattr(model, "_compile_loss") and not hasattr(model, "compiled_loss"):
+    if hasattr(model, "_compile_loss"):
+        container = model._compile_loss  # pylint: disable=protected-access
+    elif hasattr(model, "compiled_loss"):
+        container = model.compiled_loss
+    else:
         return None
-    container = getattr(model, "_compile_loss", None) or getattr(model, "compiled_loss", None)
     names = {"loss"}
     if container is not None:
         names.update(str(metric.name) for metric in container.metrics)

@@ -127,3 +127,48 @@ def test_a_hook_callback_run_reaches_its_seams(K):
     eval_hook = HookCallback(final, mode="eval", values="batch")
     result = model.evaluate(X[:32], Y[:32], batch_size=32, verbose=0, return_dict=True, callbacks=[eval_hook])
     assert final.final_ops_values == pytest.approx(result["loss"], rel=1e-6)  # one batch: its own loss is the mean
+
+
+class _OwnLoss(keras.Model):
+    """A Keras 3 model with no compiled loss: its loss is its own `compute_loss` (as a migrated
+    Estimator job's often is), and a metric of its own whose name ends in `_loss`."""
+
+    def __init__(self) -> None:
+        super().__init__(name="own_loss")
+        self.dense = keras.layers.Dense(3)
+
+    def call(self, x: Any) -> Any:
+        return self.dense(x)
+
+    def compute_loss(self, x: Any = None, y: Any = None, y_pred: Any = None, sample_weight: Any = None, **kw: Any):
+        return keras.ops.mean(keras.losses.sparse_categorical_crossentropy(y, y_pred, from_logits=True))
+
+
+@needs_backend("tensorflow", reason="HookCallback's graph hooks: TensorFlow backend")
+def test_compiled_loss_keys_of_a_keras3_model_compiled_without_a_loss_and_eval_hooks_get_its_loss():
+    """Keras 3's `_compile_loss` is None without a compiled loss, and `model.compiled_loss` a
+    deprecated method: the keys are `{"loss"}`, and an eval hook gets each batch's own loss
+    (it raised AttributeError: 'function' object has no attribute 'metrics')."""
+    model = _OwnLoss()
+    def per_example(y: Any, y_pred: Any) -> Any:
+        return keras.losses.sparse_categorical_crossentropy(y, y_pred, from_logits=True)
+
+    model.compile("sgd", metrics=[keras.metrics.MeanMetricWrapper(per_example, name="eval_loss")])
+    assert _seams.compiled_loss_keys(model) == {"loss"}
+    seen: list[dict[str, float]] = []
+
+    class Record(T.SessionRunHook):
+        def before_run(self, run_context: Any) -> Any:
+            return T.SessionRunArgs({"loss": "loss:0", "eval_loss": "eval_loss:0"})
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            seen.append(run_values.results)
+
+    model.evaluate(X, Y, batch_size=32, verbose=0, callbacks=[HookCallback(lambda: [Record()], mode="eval")])
+    assert _seams.compiled_loss_keys(model) == {"loss"}
+    batches = [(X[i : i + 32], Y[i : i + 32]) for i in (0, 32)]
+    own = [float(model.compute_loss(y=y, y_pred=model(x))) for x, y in batches]
+    assert [s["loss"] for s in seen] == pytest.approx(own, rel=1e-5)
+    # eval_loss is a metric: the evaluation's aggregate (the mean of both batches), not the batch's own
+    assert seen[1]["eval_loss"] == pytest.approx(np.mean(own), rel=1e-5)
+    assert seen[1]["eval_loss"] != pytest.approx(own[1], rel=1e-3)
