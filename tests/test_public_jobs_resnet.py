@@ -21,12 +21,14 @@ train, `tf.compat.v1.train.warm_start` after the model_fn, as `Estimator.train` 
 the restore of a trained checkpoint that `Estimator.evaluate` began with.
 
 The Keras twin is ResNet-8 v1 (the job's `resnet_version` flag defaults to 1), one Keras weight per
-TF1 variable, TF1's fused batch norm as docs/check-migration.md gives it, TF1's momentum update
-(`accumulation = momentum * accumulation + gradient; variable -= rate * accumulation`) and the
-piecewise schedule.
+TF1 variable, the job's loss (weight decay included), the piecewise schedule, and two pieces that
+docs/check-migration.md gives and this test runs as the page has them: TF1's fused batch norm ("Batch
+norm as TF1 had it") and TF1's momentum update ("Momentum as TF1 had it").
 """
 
 from __future__ import annotations
+
+import pathlib
 
 import keras
 import numpy as np
@@ -275,25 +277,17 @@ class ResNet8V1(keras.Model):
         return cross_entropy + WEIGHT_DECAY * l2
 
 
-class TF1Momentum(keras.optimizers.Optimizer):
-    """TF1's MomentumOptimizer in Keras: `accumulation = momentum * accumulation + gradient`, then
-    `variable -= rate * accumulation`. Keras's SGD keeps `-rate` times it instead, which differs from
-    the step after the rate changes."""
+def docs_tf1_momentum():
+    """The optimizer docs/check-migration.md shows under "Momentum as TF1 had it", run as the page gives it."""
+    page = (pathlib.Path(__file__).parent.parent / "docs" / "check-migration.md").read_text()
+    section = page.split("## Momentum as TF1 had it", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(code, "docs/check-migration.md", "exec"), namespace)  # noqa: S102
+    return namespace["TF1Momentum"]
 
-    def __init__(self, learning_rate, momentum=MOMENTUM):
-        super().__init__(learning_rate=learning_rate, name="TF1Momentum")
-        self.momentum = momentum
 
-    def build(self, variables):
-        if self.built:
-            return
-        super().build(variables)
-        self.accumulations = [self.add_variable_from_reference(v, "accumulation") for v in variables]
-
-    def update_step(self, gradient, variable, learning_rate):
-        accumulation = self.accumulations[self._get_variable_index(variable)]
-        self.assign(accumulation, self.momentum * accumulation + gradient)
-        self.assign_sub(variable, tf.cast(learning_rate, variable.dtype) * accumulation)
+TF1Momentum = docs_tf1_momentum()
 
 
 def piecewise_rate():
@@ -307,7 +301,7 @@ def resnet_twin(batch_norm=None, optimizer=None):
     model = ResNet8V1(batch_norm or docs_tf1_batch_normalization())
     model(np.zeros((1, 32, 32, 3), np.float32))
     model.compile(
-        optimizer or TF1Momentum(piecewise_rate()),
+        optimizer or TF1Momentum(piecewise_rate(), momentum=MOMENTUM),
         metrics=[
             keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
             keras.metrics.SparseTopKCategoricalAccuracy(5, name="accuracy_top_5"),
@@ -380,13 +374,16 @@ def test_check_migration_resnet_eval(tmp_path):
 
 
 @pytest.mark.slow
-def test_keras_sgd_under_the_jobs_schedule_is_found_after_the_rate_changes(tmp_path):
+def test_keras_sgd_under_the_jobs_schedule_is_found_at_the_steps_the_rate_changes(tmp_path):
     """A twin compiled with Keras's SGD(momentum=0.9) and the same schedule: Keras keeps -rate times
-    TF1's accumulation, so the first update at the new rate (step 4) still carries the old rate's
-    momentum. The hooks see the same until the loss of step 5, computed from that update."""
+    TF1's accumulation, so the first update at a new rate (steps 4 and 7) still carries the old
+    rate's momentum. From the same weights the check finds those two steps and no other; the hooks
+    see the same until the loss of step 5, computed from step 4's update; the hint names the cause."""
     sgd = keras.optimizers.SGD(piecewise_rate(), momentum=MOMENTUM)
     report = check_resnet(tmp_path, "train", model=resnet_twin(optimizer=sgd))
     assert not report.ok
+    per_step = [d for d in report.differences if d.hook == "(per step)"]
+    assert {d.step for d in per_step} == {4, 7}, str(report)
     free = [d for d in report.differences if d.hook == "1 LoggingTensorHook" and d.key == "results['loss']"]
-    assert free and free[0].step == 5, str(report)
-    assert all(d.parted_at == 5 for d in free)
+    assert free and free[0].step == 5 and all(d.parted_at == 5 for d in free), str(report)
+    assert all("Momentum as TF1 had it" in (d.hint or "") for d in [*per_step, *free])
