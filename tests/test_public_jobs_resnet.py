@@ -60,10 +60,25 @@ def job_flags():
     """The job's absl flags, defined as its own test did (`define_cifar_flags`), parsed at their defaults.
 
     `resnet_model_fn` reads `flags.FLAGS.enable_lars` and `fp16_implementation`. Defined once per
-    process: absl refuses a second definition.
+    process (absl refuses a second definition), and alongside another job's flags in the same
+    process: google-research/bert's modules define some of the same names (`data_dir`) at import,
+    before or after this, so either side's definition may replace the other's (the two jobs read
+    none of them in their model_fns).
     """
     if "resnet_version" not in flags.FLAGS:
-        cifar10_main.define_cifar_flags()
+        existing = {name: flags.FLAGS[name] for name in flags.FLAGS}
+        before = {name: flag.allow_override for name, flag in existing.items()}
+        for flag in existing.values():
+            flag.allow_override = True
+        try:
+            cifar10_main.define_cifar_flags()
+        finally:
+            for name, flag in existing.items():
+                flag.allow_override = before[name]
+        for module, defined in flags.FLAGS.flags_by_module_dict().items():
+            if module.startswith("official."):
+                for flag in defined:
+                    flag.allow_override = True  # a later module (bert's) may define the same names
     if not flags.FLAGS.is_parsed():
         flags.FLAGS(["test"])
     return flags.FLAGS
