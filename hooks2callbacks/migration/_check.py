@@ -203,9 +203,11 @@ def check_migration(
                 "assignment_map={'tf1_scope/': 'keras_scope/'}."
             )
         # Slots a custom optimizer named otherwise: one note, the map that restores them, as code.
-        proposal = restored.proposed_map
+        # An eval or predict graph has no optimizer: the Keras optimizer's slots take no part there.
+        training = mode == "train"
+        proposal = restored.proposed_map if training else {}
         left = [n for n in restored.not_restored if n not in set(proposal.values())]
-        shown = [n for n in restored.notes if not (proposal and _NOT_RESTORED in n)]
+        shown = [n for n in restored.notes if not ((proposal or not training) and _NOT_RESTORED in n)]
         if proposal:
             shown.append(slot_map_note(proposal, assignment_map))
         if proposal and left:
