@@ -419,4 +419,6 @@ def test_keras_batch_normalization_is_found_on_the_moving_variance_with_its_hint
     found = [d for d in report.differences if d.key.endswith("moving_variance")]
     assert found and all(d.hook == "(per step)" and d.step == 0 for d in found), str(report)
     assert all("unbiased batch variance" in d.hint for d in found)
-    assert all(np.all(d.tf1 >= d.keras) for d in found)  # TF1's moves toward the larger, unbiased one
+    for d in found:  # TF1's moves toward the larger, unbiased variance: larger where they differ most
+        _, index = d.max_diff
+        assert d.tf1[index] > d.keras[index], d
