@@ -435,7 +435,8 @@ def restore_tf1_checkpoint(
     `<variable>/Adam_1` into its momentum and velocity, Adagrad's
     `<variable>/Adagrad`, RMSProp's `<variable>/RMSProp`, `_1`, `_2`, and
     Momentum's `<variable>/Momentum` (converted: Keras's SGD keeps
-    -learning_rate times it); a `learning_rate` variable; `global_step` into
+    -learning_rate times it, at the rate of the checkpoint's last step, a
+    schedule's too); a `learning_rate` variable; `global_step` into
     `optimizer.iterations`. Compile the model with the TF1 optimizer's
     hyperparameters (TF1's Adam had `epsilon=1e-8`, Keras's has 1e-7; the
     report's notes say so when they differ).
@@ -477,7 +478,9 @@ def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, 
     _build(model, where)
     reader = tf.train.load_checkpoint(prefix)
     shapes = reader.get_variable_to_shape_map()
-    saved, differs = saved_variables(model)  # what makes the run differ from TF1's: warned
+    # SGD's momentum is converted at the rate of the checkpoint's last step (a schedule's too).
+    at = int(reader.get_tensor(GLOBAL_STEP)) if GLOBAL_STEP in shapes else None
+    saved, differs = saved_variables(model, at)  # what makes the run differ from TF1's: warned
     notes: list[str] = []
     plan: list[tuple[Saved, str]] = []
     missing: list[str] = []

@@ -758,11 +758,23 @@ class Saved:
         )
 
 
-def saved_variables(model: Any) -> tuple[list[Saved], list[str]]:
+def saved_variables(model: Any, step: int | None = None) -> tuple[list[Saved], list[str]]:
     """What a TF1 `Saver` of the model's training graph saved: its global variables, by TF1 name.
 
     The names are the mirror's (a training graph's); SGD's momentum is saved as
-    TF1's `<variable>/Momentum`, converted at the current rate.
+    TF1's `<variable>/Momentum`, converted at the rate of the last step trained:
+    the rate variable's value, or a schedule's rate at the step before `step`.
+    TF1's accumulator summed the gradients (`a = momentum * a + g`, then
+    `variable -= rate * a`), Keras's SGD sums them times each step's rate
+    (`m = momentum * m - rate * g`, then `variable += m`): the two are `-rate`
+    apart exactly where the rate was constant over the momentum's memory, and a
+    step after the rate changed differs between them (official r1 ResNet's
+    piecewise rate with TF1's `MomentumOptimizer`).
+
+    Args:
+        model: The Keras model (its optimizer's slots are included).
+        step: The global step the values are at (a checkpoint's, being
+            restored). Defaults to the optimizer's current step.
 
     Returns:
         `(saved, left_out)`: the variables, and what has no TF1 counterpart and why.
@@ -776,10 +788,13 @@ def saved_variables(model: Any) -> tuple[list[Saved], list[str]]:
     if momentum:
         if mirror.rate is not None and mirror.rate.write is not None:
             rate = float(mirror.rate.read())
+        elif mirror.rate is not None and mirror.rate.read_at is not None:
+            step = global_step_of(model) if step is None else step
+            rate = float(mirror.rate.read_at(max(step - 1, 0)))  # the rate the last step trained at
         else:
             left_out.append(
                 "SGD's momentum slots: Keras keeps -learning_rate times TF1's accumulator, and the "
-                "rate is computed by a schedule, so there is no one rate to convert them at"
+                "rate is computed by a callable of no argument, so the rate of the last step is not known"
             )
     saved = []
     for entry in entries:

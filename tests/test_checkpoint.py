@@ -481,6 +481,35 @@ def test_a_keras_checkpoint_restores_by_tf1_names_too(tmp_path):
         np.testing.assert_allclose(np.asarray(got), np.asarray(saved), rtol=1e-6)
 
 
+def test_momentum_under_a_schedule_is_restored_at_the_rate_of_the_checkpoints_last_step(tmp_path):
+    """TF1's MomentumOptimizer kept `a` (variable -= rate * a), Keras's SGD keeps m = -rate * a: under a
+    piecewise rate (official r1 ResNet's), at the rate the checkpoint's last step trained at. It was
+    left out ("no one rate"), and Keras continued from a zero momentum."""
+    boundary, rates = 5, [RATE * 10, RATE]
+
+    def momentum(_):  # the rate from the global step, as the model_fn computed it
+        return T.MomentumOptimizer(T.piecewise_constant(T.get_global_step(), [boundary], rates), 0.9)
+
+    start = weights_of(make_model(layer_names=TF1_NAMES))
+    tf1_train(tmp_path / "run", start, 10, momentum)  # 10 steps: the batches in the order Keras reads them
+    keras_dir = tmp_path / "keras"
+    keras_dir.mkdir()
+    for name in os.listdir(tmp_path / "run"):  # Keras reads a copy: TF1 continues in the original
+        if name.startswith(("model.ckpt-10", "checkpoint")):
+            (keras_dir / name).write_bytes((tmp_path / "run" / name).read_bytes())
+    tf1_losses = tf1_train(tmp_path / "run", start, 6, momentum)
+
+    model = make_model(layer_names=TF1_NAMES)
+    schedule = keras.optimizers.schedules.PiecewiseConstantDecay([boundary], rates)
+    model.compile(optimizer=keras.optimizers.SGD(schedule, momentum=0.9), loss=model.loss)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TF1 graph's unused rate variable
+        report, keras_losses = continue_in_keras(model, keras_dir, 6)
+    assert report.global_step == 10 and report.restored["dense/kernel/Momentum"] == "dense/kernel/Momentum"
+    # Steps 10 to 15 train at the rate of step 9, the one the accumulator was converted at: the same losses.
+    assert keras_losses == pytest.approx(tf1_losses, abs=1e-5)
+
+
 @pytest.mark.parametrize(
     "keep, kept", [(2, [9, 10]), (None, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]), (5, [6, 7, 8, 9, 10])]
 )

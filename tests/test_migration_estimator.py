@@ -62,6 +62,22 @@ def test_the_eval_check_takes_the_eval_metric_ops_keys_the_user_knows():
     assert report.compared["0 LoggingTensorHook"]["lines"] == 4
 
 
+def test_an_eval_metric_ops_key_named_as_the_keras_log_key_is_taken_too():
+    # official r1 ResNet's eval_metric_ops={"accuracy": ...}, and a Keras metric named "accuracy":
+    # names={"accuracy": "accuracy"} gave HookCallback a name mapped to itself (a "circle" error).
+    def model_fn(features, labels, mode, params):
+        spec = metric_keys_model_fn(features, labels, mode, params)
+        return spec._replace(eval_metric_ops={"accuracy": spec.eval_metric_ops["eval_accuracy"]})
+
+    def hooks():
+        return [V1.train.LoggingTensorHook({"acc": "eval_acc_scope/update_op:0"}, every_n_iter=1)]
+
+    names = {"accuracy": "accuracy"}
+    report = check_migration(model_fn, keras_twin(), hooks, (X[:128], Y[:128]), steps=None, mode="eval", names=names)
+    assert report.ok, str(report)
+    assert report.compared["0 LoggingTensorHook"]["lines"] == 4
+
+
 def test_estimator_hooks_in_eval_mode_write_what_estimator_evaluate_wrote_on_both_sides():
     def hooks():
         return estimator_hooks("model_dir", mode="eval")

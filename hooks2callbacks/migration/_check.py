@@ -203,9 +203,11 @@ def check_migration(
                 "assignment_map={'tf1_scope/': 'keras_scope/'}."
             )
         # Slots a custom optimizer named otherwise: one note, the map that restores them, as code.
-        proposal = restored.proposed_map
+        # An eval or predict graph has no optimizer: the Keras optimizer's slots take no part there.
+        training = mode == "train"
+        proposal = restored.proposed_map if training else {}
         left = [n for n in restored.not_restored if n not in set(proposal.values())]
-        shown = [n for n in restored.notes if not (proposal and _NOT_RESTORED in n)]
+        shown = [n for n in restored.notes if not ((proposal or not training) and _NOT_RESTORED in n)]
         if proposal:
             shown.append(slot_map_note(proposal, assignment_map))
         if proposal and left:
@@ -283,7 +285,10 @@ def _with_metric_keys(names: Mapping[str, Any] | None, metric_ops: Mapping[str, 
     A user knows `eval_metric_ops={"accuracy": tf.compat.v1.metrics.accuracy(...)}`
     by its key; hooks fetch the metric by its ops' names (`accuracy/value`,
     `accuracy/update_op`, or `<scope>/mean/update_op`), which HookCallback's
-    names map must hold.
+    names map must hold. A key the Keras model logs under the same name
+    (`{"accuracy": "accuracy"}`, as official r1 ResNet's `eval_metric_ops`) is
+    already a log key: only its ops' names are added, since HookCallback takes a
+    name mapped to itself for a circle.
     """
     if not names or not metric_ops:
         return names
@@ -296,4 +301,6 @@ def _with_metric_keys(names: Mapping[str, Any] | None, metric_ops: Mapping[str, 
             name = getattr(element, "name", None)
             if isinstance(name, str):
                 expanded.setdefault(name.split(":")[0], target)
+        if target == key:
+            del expanded[key]
     return expanded

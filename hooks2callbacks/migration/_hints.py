@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks._fetch import UnknownLogKeyError
+from hooks2callbacks._model import ModelMirror
 from hooks2callbacks.migration._record import _Side
 from hooks2callbacks.migration._report import Difference
+from hooks2callbacks.migration._steps import PER_STEP
 
 _TF1_ADAM_EPSILON = 1e-8
 
@@ -61,6 +63,7 @@ def _hints(
             "tf.compat.v1.nn.fused_batch_norm (docs/check-migration.md, 'Batch norm as TF1 had it')."
         )
     slot_hint = _slot_hint(differences)
+    rate_changed = _momentum_rate_changes(graph, keras_model)
     # Under Adam's epsilon difference the two sides drift apart a little: a streaming value
     # is then the running mean of the other side's only to about 1%.
     streaming_rtol = 1e-4 if adam_hint is None else 2e-2
@@ -106,6 +109,19 @@ def _hints(
             hint = adam_hint
         elif bn_hint is not None and "moving_variance" in d.key and d.kind == "value":
             hint = bn_hint
+        elif (
+            rate_changed is not None
+            and d.kind == "value"
+            and d.step is not None
+            and (rate_changed(d.step) if d.hook == PER_STEP else _first_change(rate_changed, d.step))
+        ):
+            hint = (
+                "TF1's MomentumOptimizer summed the gradients (a = momentum * a + g; variable -= rate * a), "
+                "Keras's SGD sums them times each step's rate (m = momentum * m - rate * g; variable += m): "
+                "the same while the rate is constant, but the first step at a new rate (the schedule's) "
+                "still carries the old rate's momentum in Keras. Write the update as TF1 did "
+                "(docs/check-migration.md, 'Momentum as TF1 had it')."
+            )
         elif slot_hint is not None and d.key.endswith(" names") and d.kind == "missing":
             hint = slot_hint
         elif op and op in names and d.kind in ("value", "shape", "dtype") and values and d.key.startswith("results"):
@@ -125,6 +141,43 @@ def _hints(
             hint = adam_hint
         hinted.append(dataclasses.replace(d, hint=hint) if hint else d)
     return hinted
+
+
+_TF1_MOMENTUM_OPS = ("ApplyMomentum", "ResourceApplyMomentum", "SparseApplyMomentum", "ResourceSparseApplyMomentum")
+
+
+def _momentum_rate_changes(graph: Any, keras_model: Any) -> Callable[[int], bool] | None:
+    """Whether the rate changes at a step, where TF1's MomentumOptimizer meets Keras's SGD under a schedule.
+
+    Returns None unless the TF1 graph applies Momentum and the Keras model's
+    optimizer is an `SGD` with momentum whose rate a schedule computes; else a
+    function telling whether step k trains at another rate than step k - 1.
+    """
+    optimizer = getattr(keras_model, "optimizer", None)
+    momentum = getattr(optimizer, "momentum", None)
+    if type(optimizer).__name__ != "SGD" or not isinstance(momentum, (int, float)) or momentum <= 0:
+        return None
+    if not any(op.type in _TF1_MOMENTUM_OPS for op in graph.get_operations()):
+        return None
+    mirror = ModelMirror(None, keras_model, {}, train=True)
+    mirror.entries()  # makes the rate's entry
+    rate = mirror.rate
+    read_at = getattr(rate, "read_at", None)
+    if read_at is None:
+        return None
+    at: dict[int, float] = {}
+
+    def rate_of(step: int) -> float:
+        if step not in at:
+            at[step] = float(read_at(step))
+        return at[step]
+
+    return lambda step: step > 0 and not math.isclose(rate_of(step), rate_of(step - 1), rel_tol=1e-7)
+
+
+def _first_change(changed: Callable[[int], bool], step: int) -> bool:
+    """Whether the rate changed at a step before `step` (a free-running value shows an update late)."""
+    return any(changed(k) for k in range(1, step))
 
 
 def _streaming(tf1: list[float], keras: list[float], rtol: float = 1e-4) -> bool:
