@@ -1,10 +1,16 @@
-"""Real SessionRunHooks from public TF1 codebases, copied unchanged, with their sources.
+"""SessionRunHooks from public TF1 codebases, copied unchanged, with their sources.
 
 Each section names the repository, path and commit its code was copied from;
 the code between the markers is as it is there (helpers they call included).
-It was written for TensorFlow 1, where `import tensorflow as tf` meant the TF1
+These are the blocks that cannot be imported from a PyPI package that works under
+TensorFlow 2.18-2.21 (see tests/estimator_era/README.md, "Public code in the tests",
+for each source and why). What can be imported is imported, not copied: tf-slim's
+`get_variables_to_restore` (below) and `SummaryAtEndHook` (tests/test_stock_hooks.py),
+tensorflow/models' `LoggingMetricHook` and `BaseBenchmarkLogger` (tests/test_differential.py).
+
+The code was written for TensorFlow 1, where `import tensorflow as tf` meant the TF1
 API: here `tf` is `tensorflow.compat.v1`, that same API in TF2, plus the two
-names TF2 removed that these hooks use (`tf.estimator.SessionRunHook`, `.LoggingTensorHook` and
+names TF2 removed that these hooks use (`tf.estimator.SessionRunHook` and
 `tf.contrib.framework.get_variables_to_restore`, given from what they were).
 What a hook imports that is not installed here (Horovod, NVIDIA's dllogger,
 mlflow) is replaced by the smallest stand-in, marked STAND-IN and said why.
@@ -14,13 +20,13 @@ from __future__ import annotations
 
 import functools
 import logging
-import numbers
 import types
 from typing import Any
 
 import numpy as np
 import six
 import tensorflow
+from tf_slim.ops.variables import get_variables_to_restore
 
 # pylint: disable=invalid-name,missing-docstring,unused-argument,protected-access,redefined-outer-name
 
@@ -37,81 +43,12 @@ class _TF1(types.ModuleType):
 
 tf = _TF1("tf")
 # tf.estimator was removed in TF 2.16; its SessionRunHook was tf.compat.v1.train's.
-tf.estimator = types.SimpleNamespace(
-    SessionRunHook=tensorflow.compat.v1.train.SessionRunHook,
-    LoggingTensorHook=tensorflow.compat.v1.train.LoggingTensorHook,
-)
+tf.estimator = types.SimpleNamespace(SessionRunHook=tensorflow.compat.v1.train.SessionRunHook)
 
 
-# =============================================================================
-# google-research/tf-slim, tf_slim/ops/variables.py,
-# commit 550196c9db2b76d9e23bc394f4dd02df78159a6a. In TF1 these were
-# tf.contrib.framework.get_variables / get_variables_to_restore (tf-slim was contrib.framework).
-# =============================================================================
-from tensorflow.python.framework import ops  # noqa: E402
-from tensorflow.python.ops import variable_scope  # noqa: E402
-
-
-def get_variables(scope=None,
-                  suffix=None,
-                  collection=ops.GraphKeys.GLOBAL_VARIABLES):
-  """Gets the list of variables, filtered by scope and/or suffix.
-
-  Args:
-    scope: an optional scope for filtering the variables to return. Can be a
-      variable scope or a string.
-    suffix: an optional suffix for filtering the variables to return.
-    collection: in which collection search for. Defaults to
-      `GraphKeys.GLOBAL_VARIABLES`.
-
-  Returns:
-    a list of variables in collection with scope and suffix.
-  """
-  if scope and isinstance(scope, variable_scope.VariableScope):
-    scope = scope.name
-  if suffix is not None:
-    if ':' not in suffix:
-      suffix += ':'
-    scope = (scope or '') + '.*' + suffix
-  return ops.get_collection(collection, scope)
-
-
-def get_variables_to_restore(include=None, exclude=None):
-  """Gets the list of the variables to restore.
-
-  Args:
-    include: an optional list/tuple of scope strings for filtering which
-      variables from the VARIABLES collection to include. None would include all
-      the variables.
-    exclude: an optional list/tuple of scope strings for filtering which
-      variables from the VARIABLES collection to exclude. None it would not
-      exclude any.
-
-  Returns:
-    a list of variables to restore.
-
-  Raises:
-    TypeError: include or exclude is provided but is not a list or a tuple.
-  """
-  if include is None:
-    # Include all variables.
-    vars_to_include = get_variables()
-  else:
-    if not isinstance(include, (list, tuple)):
-      raise TypeError('include is provided but is not a list or a tuple.')
-    vars_to_include = []
-    for scope in include:
-      vars_to_include += get_variables(scope)
-  vars_to_exclude = set()
-  if exclude is not None:
-    if not isinstance(exclude, (list, tuple)):
-      raise TypeError('exclude is provided but is not a list or a tuple.')
-    for scope in exclude:
-      vars_to_exclude |= set(get_variables(scope))
-  # Exclude the variables in vars_to_exclude
-  return [v for v in vars_to_include if v not in vars_to_exclude]
-# ============================================================================= end of copy
-
+# tf.contrib.framework.get_variables_to_restore, which the tensor2tensor hook below calls, was
+# tf-slim's (tf-slim was contrib.framework in TF1): taken from the PyPI package tf-slim 1.1.0, a
+# test extra, not copied.
 tf.contrib = types.SimpleNamespace(
     framework=types.SimpleNamespace(get_variables_to_restore=get_variables_to_restore)
 )
@@ -1058,66 +995,6 @@ class _StopAtCheckpointStepHook(training.SessionRunHook):
         time.sleep(self._wait_after_file_check_secs)
 # ============================================================================= end of copy
 
-from tensorflow.python.summary import summary  # noqa: E402
-from tensorflow.python.training import session_run_hook  # noqa: E402
-
-
-# =============================================================================
-# google-research/tf-slim, tf_slim/training/evaluation.py,
-# commit 1385820cc7e89f25eb1c41c688dc6a0aae91acfa.
-# =============================================================================
-class SummaryAtEndHook(session_run_hook.SessionRunHook):
-  """A run hook that saves a summary with the results of evaluation."""
-
-  def __init__(self,
-               log_dir=None,
-               summary_writer=None,
-               summary_op=None,
-               feed_dict=None):
-    """Constructs the Summary Hook.
-
-    Args:
-      log_dir: The directory where the summary events are saved to.  Used only
-        when `summary_writer` is not specified.
-      summary_writer: A `tf.compat.v1.summary.FileWriter` to write summary
-        events with.
-      summary_op: The summary op to run. If left as `None`, then all summaries
-        in the tf.GraphKeys.SUMMARIES collection are used.
-      feed_dict: An optional feed dictionary to use when evaluating the
-        summaries.
-
-    Raises:
-      ValueError: If both `log_dir` and `summary_writer` are `None`.
-    """
-    self._summary_op = summary_op
-    self._replace_summary_op = summary_op is None
-    self._feed_dict = feed_dict
-    self._summary_writer = summary_writer
-    self._log_dir = log_dir
-    if self._log_dir is None and self._summary_writer is None:
-      raise ValueError('One of log_dir or summary_writer should be used.')
-
-  def begin(self):
-    if self._replace_summary_op:
-      # This can still remain None if there are no summaries.
-      self._summary_op = summary.merge_all()
-    self._global_step = training_util.get_or_create_global_step()
-
-  def after_create_session(self, session, coord):
-    if self._summary_writer is None and self._log_dir:
-      self._summary_writer = summary.FileWriterCache.get(self._log_dir)
-
-  def end(self, session):
-    if self._summary_op is not None:
-      global_step = training_util.global_step(session, self._global_step)
-      summary_str = session.run(self._summary_op, self._feed_dict)
-      if self._summary_writer:
-        self._summary_writer.add_summary(summary_str, global_step)
-    if self._summary_writer:
-      self._summary_writer.flush()
-# ============================================================================= end of copy
-
-
 def learning_rate_setter_hook(model):
   """The class as `train(hps)` below defines it, around `model` (a ResNet with `global_step`, `lrn_rate`).
 
@@ -1220,106 +1097,3 @@ class ExportHook(SessionRunHook):
         with open(self.filename, 'ab+') as f:
             numpy.save(f, values)
 # ============================================================================= end of copy
-
-
-# =============================================================================
-# tensorflow/models, official/utils/logs/metric_hook.py, commit 5b526be8681871caecff479c283a634a671aaea5.
-# The official models' benchmark hook: it adds the global step *variable* to LoggingTensorHook's
-# tensors, and its logger drops any value that is not a `numbers.Number` (see `MetricLogger`).
-# =============================================================================
-class LoggingMetricHook(tf.estimator.LoggingTensorHook):
-    """Hook to log benchmark metric information.
-
-  This hook is very similar as tf.train.LoggingTensorHook, which logs given
-  tensors every N local steps, every N seconds, or at the end. The metric
-  information will be logged to given log_dir or via metric_logger in JSON
-  format, which can be consumed by data analysis pipeline later.
-
-  Note that if `at_end` is True, `tensors` should not include any tensor
-  whose evaluation produces a side effect such as consuming additional inputs.
-  """
-
-    def __init__(self,
-                 tensors,
-                 metric_logger=None,
-                 every_n_iter=None,
-                 every_n_secs=None,
-                 at_end=False):
-        """Initializer for LoggingMetricHook.
-
-    Args:
-      tensors: `dict` that maps string-valued tags to tensors/tensor names,
-          or `iterable` of tensors/tensor names.
-      metric_logger: instance of `BenchmarkLogger`, the benchmark logger that
-          hook should use to write the log.
-      every_n_iter: `int`, print the values of `tensors` once every N local
-          steps taken on the current worker.
-      every_n_secs: `int` or `float`, print the values of `tensors` once every N
-          seconds. Exactly one of `every_n_iter` and `every_n_secs` should be
-          provided.
-      at_end: `bool` specifying whether to print the values of `tensors` at the
-          end of the run.
-
-    Raises:
-      ValueError:
-        1. `every_n_iter` is non-positive, or
-        2. Exactly one of every_n_iter and every_n_secs should be provided.
-        3. Exactly one of log_dir and metric_logger should be provided.
-    """
-        super(LoggingMetricHook, self).__init__(tensors=tensors,
-                                                every_n_iter=every_n_iter,
-                                                every_n_secs=every_n_secs,
-                                                at_end=at_end)
-
-        if metric_logger is None:
-            raise ValueError("metric_logger should be provided.")
-        self._logger = metric_logger
-
-    def begin(self):
-        super(LoggingMetricHook, self).begin()
-        self._global_step_tensor = tf.compat.v1.train.get_global_step()
-        if self._global_step_tensor is None:
-            raise RuntimeError(
-                "Global step should be created to use LoggingMetricHook.")
-        if self._global_step_tensor.name not in self._current_tensors:
-            self._current_tensors[self._global_step_tensor.name] = (
-                self._global_step_tensor)
-
-    def after_run(self, unused_run_context, run_values):
-        # should_trigger is a internal state that populated at before_run, and it is
-        # using self_timer to determine whether it should trigger.
-        if self._should_trigger:
-            self._log_metric(run_values.results)
-
-        self._iter_count += 1
-
-    def end(self, session):
-        if self._log_at_end:
-            values = session.run(self._current_tensors)
-            self._log_metric(values)
-
-    def _log_metric(self, tensor_values):
-        self._timer.update_last_triggered_step(self._iter_count)
-        global_step = tensor_values[self._global_step_tensor.name]
-        # self._tag_order is populated during the init of LoggingTensorHook
-        for tag in self._tag_order:
-            self._logger.log_metric(tag,
-                                    tensor_values[tag],
-                                    global_step=global_step)
-# ============================================================================= end of copy
-
-
-class MetricLogger:
-    """STAND-IN for official/utils/logs/logger.py's BenchmarkLogger (it needs absl flags, psutil and
-    cpuinfo): its `log_metric`'s check, `isinstance(value, numbers.Number)` else a warning and no
-    metric, and the metric's value, `float(value)`. Keeps `(name, value, global_step)` and the drops."""
-
-    def __init__(self) -> None:
-        self.metrics: list[tuple[str, float, Any]] = []
-        self.dropped: list[tuple[str, type]] = []
-
-    def log_metric(self, name, value, unit=None, global_step=None, extras=None):
-        if not isinstance(value, numbers.Number):
-            self.dropped.append((name, type(value)))
-            return
-        self.metrics.append((name, float(value), global_step))

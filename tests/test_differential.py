@@ -41,8 +41,10 @@ def test_stop_at_step_hook_stops_where_tf1_stops(K, kwargs):
 # model. Without hooks the two end within 1e-8 of each other, so what a hook
 # reads or writes is compared at a tight tolerance.
 
+import importlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import types  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -368,7 +370,7 @@ def test_the_resnet_learning_rate_setter_feeds_the_rate_for_each_step_as_under_t
     assert not np.allclose(weights_of(unfed)[0], weights_of(model)[0], atol=1e-4)
 
 
-from hooks2callbacks import HookCallback, log_tensor  # noqa: E402
+from hooks2callbacks import HookCallback, install_estimator_aliases, log_tensor  # noqa: E402
 
 X_, _ = make_data()
 
@@ -525,27 +527,50 @@ def test_estimators_own_logging_hook_with_the_global_step_variable_logs_tf1s_lin
     assert [int(line.split(", step = ")[1]) for line in ours] == [int(line.split(", step = ")[1]) - 1 for line in tf1]
 
 
-def test_the_official_models_logging_metric_hook_logs_the_rate_and_the_loss_as_under_tf1(K):
+BENCHMARK_METRIC = re.compile(
+    r"Benchmark metric: \{'name': '(\w+)', 'value': ([^,]+), 'unit': None, 'global_step': ([^,]+),"
+)
+
+
+def test_the_official_models_logging_metric_hook_logs_the_rate_and_the_loss_as_under_tf1(K, tf_info):
     """tensorflow/models' LoggingMetricHook adds the global step variable to its tensors (it failed:
     unhashable), and its logger drops a value that is not a `numbers.Number` (the rate, a 0-d
-    ndarray, was dropped)."""
+    ndarray, was dropped). The hook and the logger are the PyPI package tf-models-official
+    2.1.0.dev2's (a test extra), imported after `install_estimator_aliases()`; the logger's
+    `BaseBenchmarkLogger` logs each metric as "Benchmark metric: {...}" at INFO, and a dropped
+    value as a warning, "Metric value to log should be a number"."""
+    install_estimator_aliases()  # metric_hook.py subclasses tf.estimator.LoggingTensorHook
+    metric_hook = importlib.import_module("official.utils.logs.metric_hook")
+    logger = importlib.import_module("official.utils.logs.logger")
 
-    def hooks(logger):
-        return lambda: [
-            real_hooks.LoggingMetricHook(
-                {"loss": "loss", "learning_rate": "learning_rate"}, metric_logger=logger, every_n_iter=1
+    def hooks():
+        return [
+            metric_hook.LoggingMetricHook(
+                {"loss": "loss", "learning_rate": "learning_rate"},
+                metric_logger=logger.BaseBenchmarkLogger(),
+                every_n_iter=1,
             )
         ]
 
+    def logged():
+        """The metrics logged, as (name, value, the global step's repr), and the warnings of drops."""
+        metrics = [match.groups() for match in map(BENCHMARK_METRIC.match, tf_info) if match]
+        drops = [m for m in tf_info if m.startswith("Metric value to log should be a number")]
+        tf_info.clear()
+        return [(name, float(value), step) for name, value, step in metrics], drops
+
     model = make_model(K, layer_names=TF1_NAMES)
-    tf1, ours = real_hooks.MetricLogger(), real_hooks.MetricLogger()
-    run_tf1_mlp(hooks(tf1), weights_of(model), 4)
-    fit_mlp(K, hooks(ours), 4, model=model)
-    assert ours.dropped == tf1.dropped == []
-    names = [name for name, _, _ in ours.metrics]
-    assert names == [name for name, _, _ in tf1.metrics] == ["learning_rate", "loss"] * 4
-    assert [v for _, v, _ in ours.metrics] == pytest.approx([v for _, v, _ in tf1.metrics], rel=1e-6)
-    assert [type(s) for _, _, s in ours.metrics] == [type(s) for _, _, s in tf1.metrics] == [np.int64] * 8
+    run_tf1_mlp(hooks, weights_of(model), 4)
+    tf1, tf1_drops = logged()
+    fit_mlp(K, hooks, 4, model=model)
+    ours, our_drops = logged()
+    assert our_drops == tf1_drops == []
+    names = [name for name, _, _ in ours]
+    assert names == [name for name, _, _ in tf1] == ["learning_rate", "loss"] * 4
+    assert [v for _, v, _ in ours] == pytest.approx([v for _, v, _ in tf1], rel=1e-6)
+    # The global step as the logger printed it: an np.int64 on both sides (its repr), as TF1's fetch gave it.
+    for _, _, step in ours + tf1:
+        assert step == repr(np.int64(int(re.search(r"(\d+)\)?$", step).group(1)))), (ours, tf1)
 
 
 # A model_fn's schedules on the global step, and the Keras schedules that compute the same rates.
