@@ -1,17 +1,19 @@
-"""SessionRunHooks from public TF1 codebases, copied unchanged, with their sources.
+"""SessionRunHooks from public TF1 codebases, copied unchanged, with their sources: THE COPIES LEFT.
+
+The project's rule is now that public code is used only by importing it, unchanged, from an
+installed PyPI package. The blocks below are those that no PyPI package provides in a form that
+imports under TensorFlow 2.18-2.21: OpenNMT-tf 1.x's CountersHook, criteo/deepr's
+LogVariablesInitHook, Horovod's BroadcastGlobalVariablesHook, tensor2tensor's PlateauOpHook,
+NVIDIA/DeepLearningExamples' training hooks and tensorflow_estimator's early-stopping hook.
+tests/estimator_era/README.md ("Public code in the tests") lists each, why it cannot be imported,
+and what replaced the others: imports from tf-slim and tf-models-official, and hooks written for
+this project in tests/modelled_hooks.py.
 
 Each section names the repository, path and commit its code was copied from;
 the code between the markers is as it is there (helpers they call included).
-These are the blocks that cannot be imported from a PyPI package that works under
-TensorFlow 2.18-2.21 (see tests/estimator_era/README.md, "Public code in the tests",
-for each source and why). What can be imported is imported, not copied: tf-slim's
-`get_variables_to_restore` (below) and `SummaryAtEndHook` (tests/test_stock_hooks.py),
-tensorflow/models' `LoggingMetricHook` and `BaseBenchmarkLogger` (tests/test_differential.py).
-
-The code was written for TensorFlow 1, where `import tensorflow as tf` meant the TF1
-API: here `tf` is `tensorflow.compat.v1`, that same API in TF2, plus the two
-names TF2 removed that these hooks use (`tf.estimator.SessionRunHook` and
-`tf.contrib.framework.get_variables_to_restore`, given from what they were).
+It was written for TensorFlow 1, where `import tensorflow as tf` meant the TF1
+API: here `tf` is `tensorflow.compat.v1`, that same API in TF2, plus the name
+TF2 removed that these hooks use (`tf.estimator.SessionRunHook`, given from what it was).
 What a hook imports that is not installed here (Horovod, NVIDIA's dllogger,
 mlflow) is replaced by the smallest stand-in, marked STAND-IN and said why.
 """
@@ -24,9 +26,7 @@ import types
 from typing import Any
 
 import numpy as np
-import six
 import tensorflow
-from tf_slim.ops.variables import get_variables_to_restore
 
 # pylint: disable=invalid-name,missing-docstring,unused-argument,protected-access,redefined-outer-name
 
@@ -44,46 +44,6 @@ class _TF1(types.ModuleType):
 tf = _TF1("tf")
 # tf.estimator was removed in TF 2.16; its SessionRunHook was tf.compat.v1.train's.
 tf.estimator = types.SimpleNamespace(SessionRunHook=tensorflow.compat.v1.train.SessionRunHook)
-
-
-# tf.contrib.framework.get_variables_to_restore, which the tensor2tensor hook below calls, was
-# tf-slim's (tf-slim was contrib.framework in TF1): taken from the PyPI package tf-slim 1.1.0, a
-# test extra, not copied.
-tf.contrib = types.SimpleNamespace(
-    framework=types.SimpleNamespace(get_variables_to_restore=get_variables_to_restore)
-)
-
-
-# =============================================================================
-# OpenNMT/OpenNMT-tf, opennmt/utils/misc.py, commit f2b54f30ea8b56c090f6fd77ae5785305876fb30.
-# =============================================================================
-def count_parameters():
-  """Returns the total number of trainable parameters."""
-  total = 0
-  for variable in tf.trainable_variables():
-    shape = variable.get_shape()
-    count = 1
-    for dim in shape:
-      count *= dim.value
-    total += count
-  return total
-# ============================================================================= end of copy
-
-misc = types.SimpleNamespace(count_parameters=count_parameters)  # how hooks.py imports it
-
-
-# =============================================================================
-# OpenNMT/OpenNMT-tf, opennmt/utils/hooks.py, commit 0aaf920fab890ae2ca7552a8c1a6999a7ccd866f.
-# (`dim.value` above needs TF1 shapes: tf.compat.v1.disable_v2_tensorshape(), as
-# under MonitoredSession in TF2.)
-# =============================================================================
-class LogParametersCountHook(tf.train.SessionRunHook):
-  """Simple hook that logs the number of trainable parameters."""
-
-  def begin(self):
-    tf.logging.info("Number of trainable parameters: %d", misc.count_parameters())
-
-# ============================================================================= end of copy
 
 
 # =============================================================================
@@ -404,47 +364,6 @@ if _SessionRunHook is not None and _get_default_graph is not None:
             session.run(self.bcast_op)
 # ============================================================================= end of copy
 
-
-# =============================================================================
-# tensorflow/tensor2tensor, tensor2tensor/utils/restore_hook.py,
-# commit 0d149eaeb07acac9b8967935f44694e8d308e49e.
-# =============================================================================
-class RestoreHook(tf.train.SessionRunHook):
-  """Restore variables from a checkpoint path."""
-
-  def __init__(self, checkpoint_path="", new_model_scope="", old_model_scope="",
-               include=None, exclude=None):
-    self._checkpoint_path = checkpoint_path
-    self._new_model_scope = new_model_scope
-    self._old_model_scope = old_model_scope
-    self._include = include
-    self._exclude = exclude
-
-  def begin(self):
-    """Load variables from checkpoint.
-
-    New model variables have the following name foramt:
-    new_model_scope/old_model_scope/xxx/xxx:0 To find the map of
-    name to variable, need to strip the new_model_scope and then
-    match the old_model_scope and remove the suffix :0.
-
-    """
-    variables_to_restore = tf.contrib.framework.get_variables_to_restore(
-        include=self._include, exclude=self._exclude)
-    # remove new_model_scope from variable name prefix
-    assignment_map = {variable.name[len(self._new_model_scope):]: variable
-                      for variable in variables_to_restore
-                      if variable.name.startswith(self._new_model_scope)}
-    # remove :0 from variable name suffix
-    assignment_map = {name.split(":")[0]: variable
-                      for name, variable in six.iteritems(assignment_map)
-                      if name.startswith(self._old_model_scope)}
-    self._assignment_map = assignment_map
-
-    tf.logging.info("restoring %d variables from checkpoint %s"%(
-        len(assignment_map), self._checkpoint_path))
-    tf.train.init_from_checkpoint(self._checkpoint_path, self._assignment_map)
-# ============================================================================= end of copy
 
 import os  # noqa: E402
 
@@ -910,190 +829,4 @@ class _MultiWorkerEarlyStoppingHook(tf.compat.v1.train.SessionRunHook):
       else:
         run_context.session.run(
             self._stop_op, feed_dict={self._stop_placeholder: 0})
-# ============================================================================= end of copy
-
-
-from tensorflow.python.framework import ops  # noqa: E402
-from tensorflow.python.training import training  # noqa: E402
-from tensorflow.python.training import training_util  # noqa: E402
-
-
-# =============================================================================
-# tensorflow/estimator, tensorflow_estimator/python/estimator/estimator.py,
-# commit 01461af106487a3ad47af3db920494d146805763 (the helper the hook below calls).
-# =============================================================================
-def _load_global_step_from_checkpoint_dir(checkpoint_dir):
-  try:
-    checkpoint_reader = training.NewCheckpointReader(
-        training.latest_checkpoint(checkpoint_dir))
-    return checkpoint_reader.get_tensor(ops.GraphKeys.GLOBAL_STEP)
-  except:  # pylint: disable=bare-except
-    return 0
-# ============================================================================= end of copy
-
-# The hook calls the helper as `estimator_lib._load_global_step_from_checkpoint_dir`.
-estimator_lib = types.SimpleNamespace(_load_global_step_from_checkpoint_dir=_load_global_step_from_checkpoint_dir)
-
-
-# =============================================================================
-# tensorflow/estimator, tensorflow_estimator/python/estimator/hooks/hooks.py,
-# commit 1dad5fc985234f291aa065764d9fbcafbac1ac6b.
-# =============================================================================
-class _StopAtCheckpointStepHook(training.SessionRunHook):
-  """Hook that requests stop at a specified step based on checkpoint.
-
-  Note: We recommend using 'make_stop_at_checkpoint_step_hook` to get the proper
-  hook.
-  """
-
-  def __init__(self, model_dir, last_step,
-               wait_after_file_check_secs=30):
-    """Initializes a `StopAtCheckpointStepHook`.
-
-    This hook requests stop after a last step has been reached. It checks latest
-    checkpoint to verify last step is written on disk or not.
-
-    Args:
-      model_dir: Directory to read global step from latest checkpoint.
-      last_step: Step after which to stop.
-      wait_after_file_check_secs: Reading same file by many workers may create
-      I/O issues. To throttle that we will wait given secs after each read of
-      the file.
-
-    Raises:
-      ValueError: If one of the arguments is invalid.
-    """
-    if last_step is None:
-      raise ValueError('last_step must be specified.')
-    if model_dir is None:
-      raise ValueError('model_dir must be specified.')
-
-    self._model_dir = model_dir
-    self._last_step = last_step
-    self._wait_after_file_check_secs = wait_after_file_check_secs
-
-  def begin(self):
-    self._global_step_tensor = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
-    if self._global_step_tensor is None:
-      raise RuntimeError(
-          'Global step should be created to use StopAtCheckpointStepHook.')
-
-  def before_run(self, run_context):  # pylint: disable=unused-argument
-    return training.SessionRunArgs(self._global_step_tensor)
-
-  def after_run(self, run_context, run_values):
-    global_step = run_values.results + 1
-    if global_step >= self._last_step:
-      # Check latest global step in the checkpoint to ensure that the targeted
-      # last step is written on disk.
-
-      step = estimator_lib._load_global_step_from_checkpoint_dir(
-          self._model_dir)
-      if step >= self._last_step:
-        run_context.request_stop()
-      else:
-        time.sleep(self._wait_after_file_check_secs)
-# ============================================================================= end of copy
-
-def learning_rate_setter_hook(model):
-  """The class as `train(hps)` below defines it, around `model` (a ResNet with `global_step`, `lrn_rate`).
-
-  Here `model` is the smallest stand-in: a namespace of the two graph elements by name.
-  """
-# =============================================================================
-# tensorflow/models, research/resnet/resnet_main.py,
-# commit 4f77686de8e255181260a9c5c99043051073abb2 (inside `train(hps)`).
-# =============================================================================
-  class _LearningRateSetterHook(tf.train.SessionRunHook):
-    """Sets learning_rate based on global step."""
-
-    def begin(self):
-      self._lrn_rate = 0.1
-
-    def before_run(self, run_context):
-      return tf.train.SessionRunArgs(
-          model.global_step,  # Asks for global step value.
-          feed_dict={model.lrn_rate: self._lrn_rate})  # Sets learning rate
-
-    def after_run(self, run_context, run_values):
-      train_step = run_values.results
-      if train_step < 40000:
-        self._lrn_rate = 0.1
-      elif train_step < 60000:
-        self._lrn_rate = 0.01
-      elif train_step < 80000:
-        self._lrn_rate = 0.001
-      else:
-        self._lrn_rate = 0.0001
-# ============================================================================= end of copy
-  return _LearningRateSetterHook()
-
-
-# =============================================================================
-# OpenNMT/OpenNMT-tf, opennmt/utils/hooks.py,
-# commit 2e3178c9ae6574bd1cd8f637d261e7de9a8bd882. An Estimator's predict
-# hook: it re-fetches what the predict loop ran (`original_args.fetches`, the
-# model_fn's predictions dict) and counts examples and tokens.
-# =============================================================================
-class LogPredictionTimeHook(tf.train.SessionRunHook):
-  """Hooks that gathers and logs prediction times."""
-
-  def begin(self):
-    self._total_time = 0
-    self._total_tokens = 0
-    self._total_examples = 0
-
-  def before_run(self, run_context):
-    self._run_start_time = time.time()
-    predictions = run_context.original_args.fetches
-    return tf.train.SessionRunArgs(predictions)
-
-  def after_run(self, run_context, run_values):  # pylint: disable=unused-argument
-    self._total_time += time.time() - self._run_start_time
-    predictions = run_values.results
-    batch_size = next(six.itervalues(predictions)).shape[0]
-    self._total_examples += batch_size
-    length = predictions.get("length")
-    if length is not None:
-      if len(length.shape) == 2:
-        length = length[:, 0]
-      self._total_tokens += sum(length)
-
-  def end(self, session):
-    tf.logging.info("Total prediction time (s): %f", self._total_time)
-    tf.logging.info("Average prediction time (s): %f", self._total_time / self._total_examples)
-    if self._total_tokens > 0:
-      tf.logging.info("Tokens per second: %f", self._total_tokens / self._total_time)
-# ============================================================================= end of copy
-
-
-# =============================================================================
-# donatasrep/bert, export_hook.py,
-# commit 1899aadd834bf8bca1f7ba19d37ceb14ee3dc97d. An eval hook that appends
-# what it fetches each batch (a model_fn's tensors it was given: labels,
-# predictions) to a .npy file, one numpy.save per batch. Its imports as there.
-# =============================================================================
-import numpy  # noqa: E402
-from datetime import datetime  # noqa: E402
-import os  # noqa: E402, F811
-from tensorflow.python.training.session_run_hook import SessionRunHook, SessionRunArgs  # noqa: E402
-
-
-class ExportHook(SessionRunHook):
-    """Hook that counts steps per second."""
-
-    def __init__(self, args_to_store, output_dir):
-        self.args_to_store = args_to_store
-        filename = datetime.now().strftime("%Y%m%d-%H%M%S")
-        os.makedirs(os.path.join(output_dir, "eval_results"), exist_ok=True)
-        self.filename = os.path.join(output_dir, "eval_results", filename+".npy")
-
-
-    def before_run(self, run_context):  # pylint: disable=unused-argument
-        return SessionRunArgs(self.args_to_store)
-
-    def after_run(self, run_context, run_values):
-        values = run_values.results
-        with open(self.filename, 'ab+') as f:
-            numpy.save(f, values)
 # ============================================================================= end of copy

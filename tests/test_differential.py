@@ -45,8 +45,8 @@ import importlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
-import types  # noqa: E402
 
+import modelled_hooks  # noqa: E402
 import numpy as np  # noqa: E402
 import real_hooks  # noqa: E402
 from support import (  # noqa: E402
@@ -91,12 +91,13 @@ def v1_shapes():
 
 @pytest.fixture
 def logged():
-    """Messages the real hooks log at INFO (to the `tensorflow` and `deepr` loggers)."""
+    """Messages the public hooks (and those modelled on them) log at INFO (to the `tensorflow` and
+    `deepr` loggers)."""
     messages: list[str] = []
 
     class Collect(logging.Handler):
         def emit(self, record):
-            if record.filename == "real_hooks.py":
+            if record.filename in ("real_hooks.py", "modelled_hooks.py"):
                 messages.append(record.getMessage())
 
     handler = Collect(level=logging.INFO)
@@ -115,7 +116,7 @@ def test_parameter_count_and_variable_statistics_hooks_log_what_tf1_logged(K, v1
     # tf_keras's SGD has momentum slots (at momentum 0) that TF1's GradientDescentOptimizer
     # had not: left out by the hook's own blacklist, as Adam's were.
     blacklist = ("adam", "beta", "stopping", "step", "sgd/")
-    hooks = lambda: [real_hooks.LogParametersCountHook(), real_hooks.LogVariablesInitHook(blacklist=blacklist)]  # noqa: E731
+    hooks = lambda: [modelled_hooks.ParameterCountHook(), real_hooks.LogVariablesInitHook(blacklist=blacklist)]  # noqa: E731
     run_tf1_mlp(hooks, initial_weights(K), steps=2)
     tf1, logged[:] = list(logged), []
     fit_mlp(K, hooks, steps=2)
@@ -130,8 +131,8 @@ def test_the_parameter_count_hook_on_an_unbuilt_tf_keras_model_fails_clearly_rat
     model = tf_keras.Sequential([tf_keras.layers.Dense(4), tf_keras.layers.Dense(3)])
     model.compile("sgd", tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     with pytest.raises(ValueError, match=r"do not exist yet") as raised:
-        fit_mlp(None, [real_hooks.LogParametersCountHook()], steps=1, model=model)
-    assert "Raised in LogParametersCountHook.begin()" in "\n".join(raised.value.__notes__)
+        fit_mlp(None, [modelled_hooks.ParameterCountHook()], steps=1, model=model)
+    assert "Raised in ParameterCountHook.begin()" in "\n".join(raised.value.__notes__)
     assert not any("Number of trainable parameters" in line for line in logged)
 
 
@@ -236,12 +237,12 @@ class StepsSeen(V1.train.SessionRunHook):
         self.seen.append(int(run_values.results))
 
 
-def test_tensor2tensor_restore_hook_warm_starts_keras_from_a_tf1_checkpoint(K, tmp_path):
+def test_a_restore_hook_modelled_on_tensor2tensors_warm_starts_keras_from_a_tf1_checkpoint(K, tmp_path):
     saved = write_tf1_checkpoint(tmp_path, K)
     seen = {"tf1": StepsSeen(), "keras": StepsSeen()}
     checkpoint = str(tmp_path)
     # Everything but tf_keras's SGD slots, which the TF1 graph had not (a no-op elsewhere).
-    restore = lambda: real_hooks.RestoreHook(checkpoint, exclude=["SGD"])  # noqa: E731
+    restore = lambda: modelled_hooks.ScopedRestoreHook(checkpoint, exclude=["SGD"])  # noqa: E731
     tf1 = run_tf1_mlp([restore(), seen["tf1"]], initial_weights(K), steps=3)
     model = fit_mlp(K, [restore(), seen["keras"]], steps=3)
     # Restored at session creation: weights, learning rate and global step, as under TF1.
@@ -355,12 +356,12 @@ def test_variable_load_sets_the_keras_weight_as_under_tf1(K):
     assert_same_weights(tf1, model)
 
 
-def test_the_resnet_learning_rate_setter_feeds_the_rate_for_each_step_as_under_tf1(K):
-    """tensorflow/models' ResNet `_LearningRateSetterHook` feeds the rate (0.1, where the model
-    was built with 0.05) in every step's SessionRunArgs. Under TF1 the step trains at the fed rate
-    and the variable keeps its own value; so does Keras's step here."""
-    resnet = types.SimpleNamespace(global_step="global_step:0", lrn_rate="learning_rate:0")
-    hooks = lambda: [real_hooks.learning_rate_setter_hook(resnet)]  # noqa: E731
+def test_a_rate_feeding_hook_modelled_on_resnets_feeds_the_rate_for_each_step_as_under_tf1(K):
+    """A hook modelled on tensorflow/models' TF1 ResNet `_LearningRateSetterHook`
+    (tests/modelled_hooks.py) feeds the rate (0.1, where the model was built with 0.05) in every
+    step's SessionRunArgs. Under TF1 the step trains at the fed rate and the variable keeps its own
+    value; so does Keras's step here."""
+    hooks = lambda: [modelled_hooks.FedRateHook("global_step:0", "learning_rate:0")]  # noqa: E731
     tf1 = run_tf1_mlp(hooks, initial_weights(K), steps=6)
     model = fit_mlp(K, hooks, steps=6)
     assert_same_weights(tf1, model)
@@ -393,8 +394,8 @@ class KeepPredictions(tf.compat.v1.train.SessionRunHook):
 def test_predict_hooks_see_the_predictions_as_original_args_as_under_estimators_predict_loop(K):
     """Estimator's predict loop ran `mon_sess.run(predictions)`, so a predict hook found the
     predictions in `run_context.original_args.fetches` (OpenNMT-tf's LogPredictionTimeHook
-    re-fetches them). In predict mode they are the step's `"outputs"`: here a dict, as a
-    model_fn's predictions were."""
+    re-fetched them, as tests/modelled_hooks.py's PredictionTimeHook does). In predict mode they
+    are the step's `"outputs"`: here a dict, as a model_fn's predictions were."""
     inputs = K.Input((X_.shape[1],))
     hidden = K.layers.Dense(16, activation="relu")(inputs)
     logits = K.layers.Dense(3)(hidden)
@@ -405,17 +406,17 @@ def test_predict_hooks_see_the_predictions_as_original_args_as_under_estimators_
         x = tf.compat.v1.placeholder(tf.float32, [None, X_.shape[1]])
         tf1_logits = tf.matmul(tf.nn.relu(tf.matmul(x, kernel) + bias), kernel_1) + bias_1
         predictions = {"logits": tf1_logits, "probabilities": tf.nn.softmax(tf1_logits)}
-        seen["tf1"] = hooks = [real_hooks.LogPredictionTimeHook(), KeepPredictions()]
+        seen["tf1"] = hooks = [modelled_hooks.PredictionTimeHook(), KeepPredictions()]
         with tf.compat.v1.train.MonitoredSession(hooks=hooks) as session:
             for start in (0, 32):
                 session.run(predictions, {x: X_[start : start + 32]})
         assert hooks[1].original == [predictions, predictions]
-    seen["keras"] = hooks = [real_hooks.LogPredictionTimeHook(), KeepPredictions()]
+    seen["keras"] = hooks = [modelled_hooks.PredictionTimeHook(), KeepPredictions()]
     out = model.predict(X_[:64], batch_size=32, verbose=0, callbacks=[HookCallback(hooks, mode="predict")])
     assert [o.name for o in hooks[1].original] == ["keras_logs/outputs:0"] * 2
     for system in ("tf1", "keras"):
         timer, keep = seen[system]
-        assert timer._total_examples == 64
+        assert timer.examples == 64
         assert [sorted(r) for r in keep.results] == [["logits", "probabilities"]] * 2
         for key in ("logits", "probabilities"):
             assert all(isinstance(r[key], np.ndarray) for r in keep.results)
