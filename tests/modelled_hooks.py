@@ -11,6 +11,7 @@ MonitoredSession` and through `HookCallback` and compare the two.
 from __future__ import annotations
 
 import datetime
+import logging
 import math
 import os
 import time
@@ -23,6 +24,8 @@ from tensorflow.python.training import training_util
 from tf_slim.ops.variables import get_variables_to_restore
 
 V1 = tf.compat.v1
+# The logger criteo/deepr logs to; tests/test_differential.py listens to it.
+DEEPR_LOGGER = logging.getLogger("deepr")
 
 
 class ParameterCountHook(V1.train.SessionRunHook):
@@ -200,3 +203,128 @@ class ScopedRestoreHook(V1.train.SessionRunHook):
                 assignment_map[name] = variable
         V1.logging.info("restoring %d variables from checkpoint %s", len(assignment_map), self.checkpoint_path)
         V1.train.init_from_checkpoint(self.checkpoint_path, assignment_map)
+
+
+COUNTERS = "counters"  # the graph collection a model_fn registered its counters in
+
+
+def register_counter(name: str, tensor: Any) -> Any:
+    """Adds `tensor` (cast to int64) to a running total at every run of the returned op, and puts
+    that op in the `COUNTERS` collection for `CounterRatesHook`.
+
+    Modelled on OpenNMT-tf 1.x's `add_counter`, called in a `model_fn`: the total is a
+    non-trainable variable named `<name>_init`, and the op `<name>`.
+    """
+    increment = tf.cast(tensor, tf.int64)
+    total = V1.Variable(0, name=f"{name}_init", trainable=False, dtype=tf.int64)
+    counter = V1.assign_add(total, increment, name=name)
+    V1.add_to_collection(COUNTERS, counter)
+    return counter
+
+
+class CounterRatesHook(V1.train.SessionRunHook):
+    """Logs how fast each registered counter grows, per second, every `every_n_steps` global steps.
+
+    Modelled on OpenNMT-tf 1.x's `CountersHook`: in `begin()` it takes the `COUNTERS` collection (or
+    the `counters` given) and does nothing if it is empty; each step it fetches the counters and the
+    global step. A `SecondOrStepTimer` on the global step decides when to report; the first report
+    only keeps the counts, each later one logs `<counter op name>: <rate>` (and writes it to a
+    summary writer, if there is one) for the time since the report before.
+    """
+
+    def __init__(
+        self,
+        every_n_steps: int | None = 100,
+        every_n_secs: float | None = None,
+        output_dir: str | None = None,
+        counters: list[Any] | None = None,
+    ) -> None:
+        if (every_n_steps is None) == (every_n_secs is None):
+            raise ValueError("CounterRatesHook takes one of every_n_steps and every_n_secs.")
+        self.timer = V1.train.SecondOrStepTimer(every_steps=every_n_steps, every_secs=every_n_secs)
+        self.output_dir = output_dir
+        self.counters = counters
+
+    def begin(self) -> None:
+        if self.counters is None:
+            self.counters = V1.get_collection(COUNTERS)
+        if not self.counters:
+            return
+        self.writer = V1.summary.FileWriterCache.get(self.output_dir) if self.output_dir else None
+        self.previous: list[Any] = [None] * len(self.counters)
+        self.global_step = V1.train.get_global_step()
+        if self.global_step is None:
+            raise RuntimeError("CounterRatesHook needs a global step.")
+
+    def before_run(self, run_context: Any) -> Any:
+        if not self.counters:
+            return None
+        return V1.train.SessionRunArgs([self.counters, self.global_step])
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        if not self.counters:
+            return
+        counts, step = run_values.results
+        if not self.timer.should_trigger_for_step(step):
+            return
+        seconds, _ = self.timer.update_last_triggered_step(step)
+        if seconds is None:  # the first report: nothing to compare with yet
+            return
+        for index, (counter, count) in enumerate(zip(self.counters, counts, strict=True)):
+            if self.previous[index] is not None:
+                name = counter.name.split(":")[0]
+                rate = (count - self.previous[index]) / seconds
+                if self.writer is not None:
+                    self.writer.add_summary(V1.Summary(value=[V1.Summary.Value(tag=name, simple_value=rate)]), step)
+                V1.logging.info("%s: %g", name, rate)
+            self.previous[index] = count
+
+
+class VariableStatisticsHook(V1.train.SessionRunHook):
+    """Logs, once the session exists, each global variable's mean norm and its number of zero rows.
+
+    Modelled on criteo/deepr's `LogVariablesInitHook`: in `after_create_session` it reads every
+    global variable with `session.run`, leaving out those whose lower-cased name holds one of
+    `excluded` (optimizer slots, the global step, ...) or, when `included` is given, none of it.
+    For a matrix (or more) the norm is the mean of the L2 norms of its rows (over the last axis)
+    and a zero row is one whose entries sum to 0; for a vector, the mean absolute value and the zero
+    entries. Partitions of one variable (`.../part_0`, `.../part_1`) are reported as one: norms
+    averaged, zeros added up. Each is logged as `<name>_init_average_norm = <value>` and
+    `<name>_init_num_zeros = <value>` (norms first), on the `deepr` logger.
+    """
+
+    def __init__(
+        self,
+        included: tuple[str, ...] | None = None,
+        excluded: tuple[str, ...] | None = ("adam", "beta", "stopping", "step"),
+    ) -> None:
+        self.included = included
+        self.excluded = excluded
+
+    def _wanted(self, name: str) -> bool:
+        name = name.lower()
+        if self.included is not None and not any(part in name for part in self.included):
+            return False
+        return self.excluded is None or not any(part in name for part in self.excluded)
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        norms: dict[str, list[float]] = {}
+        zeros: dict[str, list[int]] = {}
+        for variable in V1.global_variables():
+            if not self._wanted(variable.name):
+                continue
+            value = session.run(variable)
+            # The variable's name without its partition scopes and its ":0".
+            name = "/".join(p for p in variable.name.split("/") if not p.startswith("part")).split(":")[0]
+            if value.ndim > 1:
+                norm = float(np.mean(np.linalg.norm(value, axis=-1)))
+                zero = int(np.count_nonzero(np.sum(value, axis=tuple(range(1, value.ndim))) == 0))
+            else:
+                norm = float(np.mean(np.abs(value)))
+                zero = int(np.count_nonzero(value == 0))
+            norms.setdefault(f"{name}_init_average_norm", []).append(norm)
+            zeros.setdefault(f"{name}_init_num_zeros", []).append(zero)
+        for key, values in norms.items():
+            DEEPR_LOGGER.info(f"{key} = {np.mean(values)}")
+        for key, counts in zeros.items():
+            DEEPR_LOGGER.info(f"{key} = {sum(counts)}")

@@ -2,9 +2,9 @@
 
 The project's rule is now that public code is used only by importing it, unchanged, from an
 installed PyPI package. The blocks below are those that no PyPI package provides in a form that
-imports under TensorFlow 2.18-2.21: OpenNMT-tf 1.x's CountersHook, criteo/deepr's
-LogVariablesInitHook, Horovod's BroadcastGlobalVariablesHook, tensor2tensor's PlateauOpHook,
-NVIDIA/DeepLearningExamples' training hooks and tensorflow_estimator's early-stopping hook.
+imports under TensorFlow 2.18-2.21: Horovod's BroadcastGlobalVariablesHook, tensor2tensor's
+PlateauOpHook, NVIDIA/DeepLearningExamples' training hooks and tensorflow_estimator's
+early-stopping hook.
 tests/estimator_era/README.md ("Public code in the tests") lists each, why it cannot be imported,
 and what replaced the others: imports from tf-slim and tf-models-official, and hooks written for
 this project in tests/modelled_hooks.py.
@@ -14,14 +14,13 @@ the code between the markers is as it is there (helpers they call included).
 It was written for TensorFlow 1, where `import tensorflow as tf` meant the TF1
 API: here `tf` is `tensorflow.compat.v1`, that same API in TF2, plus the name
 TF2 removed that these hooks use (`tf.estimator.SessionRunHook`, given from what it was).
-What a hook imports that is not installed here (Horovod, NVIDIA's dllogger,
-mlflow) is replaced by the smallest stand-in, marked STAND-IN and said why.
+What a hook imports that is not installed here (Horovod, NVIDIA's dllogger)
+is replaced by the smallest stand-in, marked STAND-IN and said why.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import types
 from typing import Any
 
@@ -44,183 +43,6 @@ class _TF1(types.ModuleType):
 tf = _TF1("tf")
 # tf.estimator was removed in TF 2.16; its SessionRunHook was tf.compat.v1.train's.
 tf.estimator = types.SimpleNamespace(SessionRunHook=tensorflow.compat.v1.train.SessionRunHook)
-
-
-# =============================================================================
-# OpenNMT/OpenNMT-tf, opennmt/utils/hooks.py, a later TF1 release of the same file
-# (v1.x: `add_counter` returns the counter, `CountersHook` takes `counters=` and
-# skips its first interval); the commit is not known here. A model_fn registered
-# counters with `add_counter`; the hook logs their rates of increase per second.
-# =============================================================================
-_DEFAULT_COUNTERS_COLLECTION = "counters"
-
-
-def add_counter(name, tensor):
-  """Registers a new counter.
-
-  Args:
-    name: The name of this counter.
-    tensor: The integer ``tf.Tensor`` to count.
-
-  Returns:
-    An op that increments the counter.
-
-  See Also:
-    :meth:`opennmt.utils.misc.WordCounterHook` that fetches these counters
-    to log their value in TensorBoard.
-  """
-  count = tf.cast(tensor, tf.int64)
-  total_count_init = tf.Variable(
-      initial_value=0,
-      name=name + "_init",
-      trainable=False,
-      dtype=count.dtype)
-  total_count = tf.assign_add(
-      total_count_init,
-      count,
-      name=name)
-  tf.add_to_collection(_DEFAULT_COUNTERS_COLLECTION, total_count)
-  return total_count
-
-
-class CountersHook(tf.train.SessionRunHook):
-  """Hook that summarizes counters.
-
-  Implementation is mostly copied from StepCounterHook.
-  """
-
-  def __init__(self,
-               every_n_steps=100,
-               every_n_secs=None,
-               output_dir=None,
-               summary_writer=None,
-               counters=None):
-    if (every_n_steps is None) == (every_n_secs is None):
-      raise ValueError("exactly one of every_n_steps and every_n_secs should be provided.")
-    self._timer = tf.train.SecondOrStepTimer(
-        every_steps=every_n_steps,
-        every_secs=every_n_secs)
-
-    self._summary_writer = summary_writer
-    self._output_dir = output_dir
-    self._counters = counters
-
-  def begin(self):
-    if self._counters is None:
-      self._counters = tf.get_collection(_DEFAULT_COUNTERS_COLLECTION)
-    if not self._counters:
-      return
-
-    if self._summary_writer is None and self._output_dir:
-      self._summary_writer = tf.summary.FileWriterCache.get(self._output_dir)
-
-    self._last_count = [None for _ in self._counters]
-    self._global_step = tf.train.get_global_step()
-    if self._global_step is None:
-      raise RuntimeError("Global step should be created to use WordCounterHook.")
-
-  def before_run(self, run_context):  # pylint: disable=unused-argument
-    if not self._counters:
-      return None
-    return tf.train.SessionRunArgs([self._counters, self._global_step])
-
-  def after_run(self, run_context, run_values):  # pylint: disable=unused-argument
-    if not self._counters:
-      return
-
-    counters, step = run_values.results
-    if self._timer.should_trigger_for_step(step):
-      elapsed_time, _ = self._timer.update_last_triggered_step(step)
-      if elapsed_time is not None:
-        for i in range(len(self._counters)):
-          if self._last_count[i] is not None:
-            name = self._counters[i].name.split(":")[0]
-            value = (counters[i] - self._last_count[i]) / elapsed_time
-            if self._summary_writer is not None:
-              summary = tf.Summary(value=[tf.Summary.Value(tag=name, simple_value=value)])
-              self._summary_writer.add_summary(summary, step)
-            tf.logging.info("%s: %g", name, value)
-          self._last_count[i] = counters[i]
-# ============================================================================= end of copy
-
-
-# STAND-IN for deepr.utils.mlflow: the hooks below call it only with use_mlflow=True.
-mlflow = None
-import re  # noqa: E402
-from collections import defaultdict  # noqa: E402
-from typing import Tuple  # noqa: E402
-
-LOGGER = logging.getLogger("deepr")
-
-
-# =============================================================================
-# criteo/deepr, deepr/hooks/log_variables_init.py, commit 5d50e2a5c1d15245016bc14b49a7fec44abf376b.
-# =============================================================================
-class LogVariablesInitHook(tf.train.SessionRunHook):
-    """Log Variables Statistics after initialization."""
-
-    def __init__(
-        self,
-        use_mlflow: bool = False,
-        whitelist: Tuple[str, ...] = None,
-        blacklist: Tuple[str, ...] = ("adam", "beta", "stopping", "step"),
-    ):
-        self.use_mlflow = use_mlflow
-        self.whitelist = whitelist
-        self.blacklist = blacklist
-
-    def after_create_session(self, session, coord):
-        """Log average norm and number of zeros of variables values."""
-        super().after_create_session(session, coord)
-
-        # Compute norms and num_zeros for each variable in the graph
-        average_norms = defaultdict(list)
-        num_zeros = defaultdict(list)
-        for var in tf.global_variables():
-            if self.whitelist is not None and not any(name in var.name.lower() for name in self.whitelist):
-                continue
-            if self.blacklist is not None and any(name in var.name.lower() for name in self.blacklist):
-                continue
-            value = session.run(var)
-            average_norms[f"{_get_name(var)}_init_average_norm"].append(_average_norm(value))
-            num_zeros[f"{_get_name(var)}_init_num_zeros"].append(_num_zeros(value))
-
-        # Average norms and sum zeros for partitioned variables
-        average_norms = {name: np.mean(values) for name, values in average_norms.items()}
-        num_zeros = {name: sum(values) for name, values in num_zeros.items()}
-
-        # Log results
-        metrics = {**average_norms, **num_zeros}
-        for name, value in metrics.items():
-            LOGGER.info(f"{name} = {value}")
-        if self.use_mlflow:
-            mlflow.log_metrics(metrics)
-
-
-def _get_name(var) -> str:
-    """Normalize name of Tensorflow variable"""
-    parts = var.name.split("/")
-    filtered = "/".join([part for part in parts if not part.startswith("part")])
-    return re.sub(r":\d+", "", filtered)
-
-
-def _average_norm(array) -> float:
-    """Compute average norm of array"""
-    if len(array.shape) > 1:
-        return float(np.mean(np.linalg.norm(array, axis=-1)))
-    else:
-        return float(np.mean(np.abs(array)))
-
-
-def _num_zeros(array) -> int:
-    """Compute number of zeros rows of array."""
-    if len(array.shape) > 1:
-        reduced = np.sum(array, axis=tuple(range(1, len(array.shape))))
-        is_zero = np.equal(reduced, np.zeros_like(reduced))
-    else:
-        is_zero = np.equal(array, np.zeros_like(array))
-    return int(np.sum(is_zero))
-# ============================================================================= end of copy
 
 
 # STAND-INS for Horovod (not installed; it needs MPI or Gloo). `broadcast` is what

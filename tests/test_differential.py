@@ -114,9 +114,9 @@ def logged():
 
 def test_parameter_count_and_variable_statistics_hooks_log_what_tf1_logged(K, v1_shapes, logged):
     # tf_keras's SGD has momentum slots (at momentum 0) that TF1's GradientDescentOptimizer
-    # had not: left out by the hook's own blacklist, as Adam's were.
-    blacklist = ("adam", "beta", "stopping", "step", "sgd/")
-    hooks = lambda: [modelled_hooks.ParameterCountHook(), real_hooks.LogVariablesInitHook(blacklist=blacklist)]  # noqa: E731
+    # had not: left out by the hook's own exclusions, as Adam's were.
+    excluded = ("adam", "beta", "stopping", "step", "sgd/")
+    hooks = lambda: [modelled_hooks.ParameterCountHook(), modelled_hooks.VariableStatisticsHook(excluded=excluded)]  # noqa: E731
     run_tf1_mlp(hooks, initial_weights(K), steps=2)
     tf1, logged[:] = list(logged), []
     fit_mlp(K, hooks, steps=2)

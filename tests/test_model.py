@@ -12,6 +12,7 @@ import signal
 import warnings
 
 import keras
+import modelled_hooks
 import numpy as np
 import pytest
 import real_hooks
@@ -540,13 +541,13 @@ def test_an_empty_collection_a_model_fn_filled_warns_once_naming_hook_and_collec
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fit(make_model(K), [Reads(), real_hooks.CountersHook(every_n_steps=2)], steps=2)
+        fit(make_model(K), [Reads(), modelled_hooks.CounterRatesHook(every_n_steps=2)], steps=2)
     messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     assert len(messages) == 2, messages
     assert messages[0].startswith(
         "HookCallback: Reads.begin() read the graph collection 'predictions', which is empty."
     )
-    assert messages[1].startswith("HookCallback: CountersHook.begin() read the graph collection 'counters'")
+    assert messages[1].startswith("HookCallback: CounterRatesHook.begin() read the graph collection 'counters'")
     assert "Fill this one yourself in a hooks factory" in messages[0]
 
 
