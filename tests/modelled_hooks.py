@@ -328,3 +328,42 @@ class VariableStatisticsHook(V1.train.SessionRunHook):
             DEEPR_LOGGER.info(f"{key} = {np.mean(values)}")
         for key, counts in zeros.items():
             DEEPR_LOGGER.info(f"{key} = {sum(counts)}")
+
+
+# What this process receives from the root rank in a broadcast, by the variable's op name. A
+# variable not named here keeps its own value, which is what the root itself receives. Tests set it.
+ROOT_VALUES: dict[str, np.ndarray] = {}
+
+
+def broadcast_from_root(tensor: Any) -> Any:
+    """What a broadcast from the root rank gives this process, without Horovod (not installed: it
+    builds native code): the root's value from `ROOT_VALUES`, else the tensor's own."""
+    value = ROOT_VALUES.get(tensor.op.name)
+    if value is None:
+        return tf.identity(tensor)
+    return tf.constant(value, dtype=tensor.dtype.base_dtype)
+
+
+class BroadcastVariablesHook(V1.train.SessionRunHook):
+    """Sets every global variable to the root rank's value once the session exists.
+
+    Modelled on Horovod's TF1 `BroadcastGlobalVariablesHook`: in `begin()` it builds, once per
+    graph, one op grouping an `assign` of the broadcast value to each of
+    `tf.compat.v1.global_variables()` (on `device`), and runs it in `after_create_session`, after
+    any restore, so that every worker starts from the root's weights. The broadcast here is
+    `broadcast_from_root`.
+    """
+
+    def __init__(self, root_rank: int = 0, device: str = "") -> None:
+        self.root_rank = root_rank  # the rank whose values every process takes: ROOT_VALUES here
+        self.device = device
+        self.op: Any = None
+
+    def begin(self) -> None:
+        if self.op is None or self.op.graph is not V1.get_default_graph():
+            with tf.device(self.device):
+                assigns = [variable.assign(broadcast_from_root(variable)) for variable in V1.global_variables()]
+                self.op = tf.group(*assigns)
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        session.run(self.op)

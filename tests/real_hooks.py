@@ -2,9 +2,8 @@
 
 The project's rule is now that public code is used only by importing it, unchanged, from an
 installed PyPI package. The blocks below are those that no PyPI package provides in a form that
-imports under TensorFlow 2.18-2.21: Horovod's BroadcastGlobalVariablesHook, tensor2tensor's
-PlateauOpHook, NVIDIA/DeepLearningExamples' training hooks and tensorflow_estimator's
-early-stopping hook.
+imports under TensorFlow 2.18-2.21: tensor2tensor's PlateauOpHook, NVIDIA/DeepLearningExamples'
+training hooks and tensorflow_estimator's early-stopping hook.
 tests/estimator_era/README.md ("Public code in the tests") lists each, why it cannot be imported,
 and what replaced the others: imports from tf-slim and tf-models-official, and hooks written for
 this project in tests/modelled_hooks.py.
@@ -14,17 +13,15 @@ the code between the markers is as it is there (helpers they call included).
 It was written for TensorFlow 1, where `import tensorflow as tf` meant the TF1
 API: here `tf` is `tensorflow.compat.v1`, that same API in TF2, plus the name
 TF2 removed that these hooks use (`tf.estimator.SessionRunHook`, given from what it was).
-What a hook imports that is not installed here (Horovod, NVIDIA's dllogger)
+What a hook imports that is not installed here (NVIDIA's dllogger, Horovod)
 is replaced by the smallest stand-in, marked STAND-IN and said why.
 """
 
 from __future__ import annotations
 
-import functools
 import types
 from typing import Any
 
-import numpy as np
 import tensorflow
 
 # pylint: disable=invalid-name,missing-docstring,unused-argument,protected-access,redefined-outer-name
@@ -43,148 +40,6 @@ class _TF1(types.ModuleType):
 tf = _TF1("tf")
 # tf.estimator was removed in TF 2.16; its SessionRunHook was tf.compat.v1.train's.
 tf.estimator = types.SimpleNamespace(SessionRunHook=tensorflow.compat.v1.train.SessionRunHook)
-
-
-# STAND-INS for Horovod (not installed; it needs MPI or Gloo). `broadcast` is what
-# this process receives from the root rank: the root's value of a variable when
-# the test sets one in ROOT_VALUES (by op name), else its own value, which is
-# what Horovod's broadcast gives the root itself.
-ROOT_VALUES: dict[str, np.ndarray] = {}
-
-
-def broadcast(tensor, root_rank, name=None):
-    root_value = ROOT_VALUES.get(tensor.op.name)
-    if root_value is None:
-        return tf.identity(tensor, name=name)
-    return tf.constant(root_value, dtype=tensor.dtype.base_dtype, name=name)
-
-
-def _executing_eagerly():
-    return tensorflow.executing_eagerly()
-
-
-def _make_subgraph(f):
-    return tensorflow.function(f)
-
-
-_cache = functools.lru_cache(maxsize=None)
-
-
-# =============================================================================
-# horovod/horovod, horovod/tensorflow/functions.py, commit 1b87e1f089fa9e8bb1edb34323dcec2fb17bb9bc.
-# =============================================================================
-@_cache
-def _make_broadcast_group_fn():
-    if _executing_eagerly():
-        # Eager mode will parallelize independent control flow
-        def broadcast_group(variables, root_rank):
-            for var in variables:
-                var.assign(broadcast(var, root_rank))
-
-        return _make_subgraph(broadcast_group)
-    else:
-        # Graph mode requires an Op
-        def broadcast_group(variables, root_rank):
-            return tf.group(*[var.assign(broadcast(var, root_rank))
-                              for var in variables])
-
-        return broadcast_group
-
-
-def broadcast_variables(variables, root_rank):
-    """Broadcasts variables from root rank to all other processes.
-
-    Arguments:
-        variables: variables for broadcast
-        root_rank: rank of the process from which global variables will be broadcasted
-                   to all other processes.
-    """
-    broadcast_group = _make_broadcast_group_fn()
-    return broadcast_group(variables, root_rank)
-# ============================================================================= end of copy
-
-
-# =============================================================================
-# horovod/horovod, horovod/tensorflow/__init__.py, commit 007acc35577bfc58b1c029b18620ff10370fb313.
-# =============================================================================
-try:
-    _global_variables = tf.compat.v1.global_variables
-except AttributeError:
-    try:
-        _global_variables = tf.global_variables
-    except AttributeError:
-        _global_variables = None
-
-if _global_variables is not None:
-    def broadcast_global_variables(root_rank):
-        """Broadcasts all global variables from root rank to all other processes.
-
-        **NOTE:** deprecated in TensorFlow 2.0.
-
-        Arguments:
-            root_rank: rank of the process from which global variables will be broadcasted
-                       to all other processes.
-        """
-        if _executing_eagerly():
-            raise RuntimeError(
-                "hvd.broadcast_global_variables() does not support eager execution. "
-                "Please use `hvd.broadcast_variables(<model/optimizer variables>)` instead."
-            )
-
-        return broadcast_variables(_global_variables(), root_rank)
-
-try:
-    _get_default_graph = tf.compat.v1.get_default_graph
-except AttributeError:
-    try:
-        _get_default_graph = tf.get_default_graph
-    except AttributeError:
-        _get_default_graph = None
-
-try:
-    _SessionRunHook = tf.estimator.SessionRunHook
-except AttributeError:
-    try:
-        _SessionRunHook = tf.train.SessionRunHook
-    except AttributeError:
-        _SessionRunHook = None
-
-if _SessionRunHook is not None and _get_default_graph is not None:
-    class BroadcastGlobalVariablesHook(_SessionRunHook):
-        """
-        SessionRunHook that will broadcast all global variables from root rank
-        to all other processes during initialization.
-
-        This is necessary to ensure consistent initialization of all workers when
-        training is started with random weights or restored from a checkpoint.
-
-        **NOTE:** deprecated in TensorFlow 2.0.
-        """
-
-        def __init__(self, root_rank, device=''):
-            """Construct a new BroadcastGlobalVariablesHook that will broadcast all
-            global variables from root rank to all other processes during initialization.
-
-            Args:
-              root_rank:
-                Rank that will send data, other ranks will receive data.
-              device:
-                Device to be used for broadcasting. Uses GPU by default
-                if Horovod was built with HOROVOD_GPU_OPERATIONS.
-            """
-            super(BroadcastGlobalVariablesHook, self).__init__()
-            self.root_rank = root_rank
-            self.bcast_op = None
-            self.device = device
-
-        def begin(self):
-            if not self.bcast_op or self.bcast_op.graph != _get_default_graph():
-                with tf.device(self.device):
-                    self.bcast_op = broadcast_global_variables(self.root_rank)
-
-        def after_create_session(self, session, coord):
-            session.run(self.bcast_op)
-# ============================================================================= end of copy
 
 
 import os  # noqa: E402

@@ -176,19 +176,20 @@ def test_weight_norm_summary_holds_the_value_after_each_update(K, tmp_path):
     assert histograms["keras"] == histograms["tf1"] == [(s, 8 * 16) for s in (1, 4, 7, 10)]
 
 
-def test_broadcast_hook_writes_the_root_values_into_keras_as_into_tf1(K, monkeypatch):
+def test_a_broadcast_hook_like_horovods_writes_the_root_values_into_keras_as_into_tf1(K, monkeypatch):
+    """A hook modelled on Horovod's TF1 `BroadcastGlobalVariablesHook` (tests/modelled_hooks.py)."""
     root = make_model(K, layer_names=TF1_NAMES)
     for layer in root.layers:
         layer.set_weights([w + 0.5 for w in layer.get_weights()])  # the root rank's weights differ
-    monkeypatch.setattr(real_hooks, "ROOT_VALUES", dict(zip(WEIGHTS, weights_of(root), strict=True)))
+    monkeypatch.setattr(modelled_hooks, "ROOT_VALUES", dict(zip(WEIGHTS, weights_of(root), strict=True)))
 
     class Listed(V1.train.SessionRunHook):
         def begin(self):
             self.names = [v.name for v in V1.global_variables()]
 
     listed = {"tf1": Listed(), "keras": Listed()}
-    tf1 = run_tf1_mlp([real_hooks.BroadcastGlobalVariablesHook(0), listed["tf1"]], initial_weights(K), steps=5)
-    model = fit_mlp(K, [real_hooks.BroadcastGlobalVariablesHook(0), listed["keras"]], steps=5)
+    tf1 = run_tf1_mlp([modelled_hooks.BroadcastVariablesHook(0), listed["tf1"]], initial_weights(K), steps=5)
+    model = fit_mlp(K, [modelled_hooks.BroadcastVariablesHook(0), listed["keras"]], steps=5)
     assert listed["tf1"].names == [
         "global_step:0",
         "dense/kernel:0",
