@@ -14,6 +14,7 @@ import datetime
 import logging
 import math
 import os
+import signal
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -367,3 +368,152 @@ class BroadcastVariablesHook(V1.train.SessionRunHook):
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         session.run(self.op)
+
+
+class StepMetricsHook(V1.train.SessionRunHook):
+    """Keeps, at every step, a model's losses and rate fetched by their TF1 names, and the throughput.
+
+    Modelled on the `TrainingLoggingHook` of NVIDIA/DeepLearningExamples' TF1 ConvNets, which a
+    names map serves under Keras: each step it fetches the global step and the tensors
+    `cross_entropy_loss_ref:0`, `l2_loss_ref:0`, `total_loss_ref:0` and `learning_rate_ref:0`; after
+    `warmup_steps` steps it records them every `logging_steps` steps, as floats, with the images
+    per second, under `(epoch, global step)`, and at the last step of each epoch the four values
+    under `(epoch,)`. `logged` holds what NVIDIA's dllogger would have been given (not installed:
+    not on PyPI), as `(step, values)`.
+    """
+
+    NAMES = ("cross_entropy_loss_ref:0", "l2_loss_ref:0", "total_loss_ref:0", "learning_rate_ref:0")
+    KEYS = ("cross_entropy", "l2_loss", "total_loss", "learning_rate")
+
+    def __init__(self, global_batch_size: int, steps_per_epoch: int, warmup_steps: int = 20, logging_steps: int = 1):
+        self.global_batch_size = global_batch_size
+        self.steps_per_epoch = steps_per_epoch
+        self.warmup_steps = warmup_steps
+        self.logging_steps = logging_steps
+        self.steps_run = 0
+        self.throughputs: list[float] = []
+        self.logged: list[tuple[tuple[int, ...], dict[str, float]]] = []
+
+    def before_run(self, run_context: Any) -> Any:
+        self._started = time.time()
+        return V1.train.SessionRunArgs([V1.train.get_global_step(), *self.NAMES])
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        step, *values = run_values.results
+        metrics = dict(zip(self.KEYS, (float(v) for v in values), strict=True))
+        epoch = int(step // self.steps_per_epoch)
+        if self.steps_run >= self.warmup_steps:
+            throughput = self.global_batch_size / (time.time() - self._started)
+            self.throughputs.append(throughput)
+            if self.steps_run % self.logging_steps == 0:
+                self.logged.append(((epoch, int(step)), {"imgs_per_sec": throughput, **metrics}))
+        self.steps_run += 1
+        if (step + 1) % self.steps_per_epoch == 0:  # the epoch's last step
+            self.logged.append(((epoch,), metrics))
+
+
+class SignalStopHook(V1.train.SessionRunHook):
+    """Stops every worker once one of them has received SIGUSR1 or SIGTERM, checked every `sync_freq` steps.
+
+    Modelled on the `TrainingPartitionHook` of NVIDIA/DeepLearningExamples' TF1 ConvNets (its
+    Horovod path): the constructor installs the signal handlers; `begin()` builds a placeholder and
+    the sum of it over the workers (one process here: the placeholder's own value, as Horovod's
+    `allreduce` would give); every `sync_freq` steps the hook feeds 1 if this worker had a signal,
+    else 0, fetches the sum, and asks to stop when it is above 0.
+    """
+
+    def __init__(self, sync_freq: int = 10) -> None:
+        self.signal_received = False
+        self.sync_freq = sync_freq
+        self.global_step = 0
+        for signum in (signal.SIGUSR1, signal.SIGTERM):
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.signal_received = True
+
+    def begin(self) -> None:
+        with tf.device("/cpu:0"):
+            self.received = V1.placeholder(tf.int32, shape=())
+            self.received_anywhere = tf.identity(self.received, name="signal_sum_over_workers")
+
+    def before_run(self, run_context: Any) -> Any:
+        if self.global_step % self.sync_freq == 0:
+            return V1.train.SessionRunArgs(
+                [V1.train.get_global_step(), self.received_anywhere],
+                feed_dict={self.received: int(self.signal_received)},
+            )
+        return V1.train.SessionRunArgs([V1.train.get_global_step()])
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        self.global_step = run_values.results[0] + 1
+        if len(run_values.results) == 2:
+            if run_values.results[1] > 0:
+                run_context.request_stop()
+        elif self.signal_received:
+            run_context.request_stop()
+
+
+class EarlyStoppingAcrossReplicasHook(V1.train.SessionRunHook):
+    """Stops training on every replica when `should_stop_fn()` says so, asked every `run_every_steps`.
+
+    Modelled on tensorflow_estimator's `_MultiWorkerEarlyStoppingHook`, which Estimator used for early
+    stopping under a `train_distribute` strategy: `begin()` must run in a cross-replica context (it
+    fails, with an `AssertionError` as Estimator's did, without a strategy); it makes a non-trainable
+    int32 variable `signal_early_stopping/STOP`, synchronized on write and summed across replicas,
+    and, through `strategy.run`, an `assign_add` on it of a per-replica `placeholder_with_default(0)`.
+    Each step it fetches the global step and that variable: above 0, it asks to stop; otherwise,
+    when its timer triggers for the global step, it runs the `assign_add` with 1 fed to the first
+    replica's placeholder if `should_stop_fn()` is true (else 0), so the next step stops.
+    """
+
+    def __init__(self, should_stop_fn: Any, run_every_steps: int | None = None) -> None:
+        if not callable(should_stop_fn):
+            raise TypeError("EarlyStoppingAcrossReplicasHook: should_stop_fn must be callable.")
+        self.should_stop_fn = should_stop_fn
+        self.timer = V1.train.SecondOrStepTimer(every_secs=None, every_steps=run_every_steps)
+
+    def begin(self) -> None:
+        if not tf.distribute.in_cross_replica_context():
+            raise AssertionError(
+                "EarlyStoppingAcrossReplicasHook.begin() runs in a cross-replica context only: under a "
+                "tf.distribute strategy, as Estimator used its early-stopping hook."
+            )
+        self.global_step = V1.train.get_global_step()
+        with V1.variable_scope("signal_early_stopping", values=[], reuse=V1.AUTO_REUSE):
+            self.stop_votes = V1.get_variable(
+                "STOP",
+                shape=[],
+                dtype=tf.int32,
+                initializer=V1.constant_initializer(0),
+                collections=[V1.GraphKeys.GLOBAL_VARIABLES],
+                synchronization=tf.VariableSynchronization.ON_WRITE,
+                aggregation=tf.VariableAggregation.SUM,
+                trainable=False,
+            )
+        placeholders = []
+
+        def add_vote(variable: Any) -> Any:
+            placeholder = V1.placeholder_with_default(0, (), name="stop_value")
+            placeholders.append(placeholder)
+            return variable.assign_add(placeholder)
+
+        self.add_vote = tf.distribute.get_strategy().run(add_vote, args=(self.stop_votes,))
+        self.vote = placeholders[0]  # the first replica's: one replica's 1 makes the sum 1
+
+    def before_run(self, run_context: Any) -> Any:
+        return V1.train.SessionRunArgs({"global_step": self.global_step, "stop_votes": self.stop_votes})
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        step, votes = run_values.results["global_step"], run_values.results["stop_votes"]
+        if votes > 0:
+            V1.logging.info("Early stopping requested, suspending run.")
+            run_context.request_stop()
+            return
+        if not self.timer.should_trigger_for_step(step):
+            return
+        self.timer.update_last_triggered_step(step)
+        stop = bool(self.should_stop_fn())
+        run_context.session.run(self.add_vote, feed_dict={self.vote: int(stop)})
+        if stop:
+            V1.logging.info("Requesting early stopping at global step %d", step)

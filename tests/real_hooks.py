@@ -2,8 +2,7 @@
 
 The project's rule is now that public code is used only by importing it, unchanged, from an
 installed PyPI package. The blocks below are those that no PyPI package provides in a form that
-imports under TensorFlow 2.18-2.21: tensor2tensor's PlateauOpHook, NVIDIA/DeepLearningExamples'
-training hooks and tensorflow_estimator's early-stopping hook.
+imports under TensorFlow 2.18-2.21: tensor2tensor's MetricsBasedHook and PlateauOpHook.
 tests/estimator_era/README.md ("Public code in the tests") lists each, why it cannot be imported,
 and what replaced the others: imports from tf-slim and tf-models-official, and hooks written for
 this project in tests/modelled_hooks.py.
@@ -11,10 +10,7 @@ this project in tests/modelled_hooks.py.
 Each section names the repository, path and commit its code was copied from;
 the code between the markers is as it is there (helpers they call included).
 It was written for TensorFlow 1, where `import tensorflow as tf` meant the TF1
-API: here `tf` is `tensorflow.compat.v1`, that same API in TF2, plus the name
-TF2 removed that these hooks use (`tf.estimator.SessionRunHook`, given from what it was).
-What a hook imports that is not installed here (NVIDIA's dllogger, Horovod)
-is replaced by the smallest stand-in, marked STAND-IN and said why.
+API: here `tf` is `tensorflow.compat.v1`, that same API in TF2.
 """
 
 from __future__ import annotations
@@ -38,8 +34,6 @@ class _TF1(types.ModuleType):
 
 
 tf = _TF1("tf")
-# tf.estimator was removed in TF 2.16; its SessionRunHook was tf.compat.v1.train's.
-tf.estimator = types.SimpleNamespace(SessionRunHook=tensorflow.compat.v1.train.SessionRunHook)
 
 
 import os  # noqa: E402
@@ -264,246 +258,4 @@ def has_metric_plateaued(steps, values, num_steps=100, delta=0.1,
 
   within_range = [obs < delta for obs in observed_deltas]
   return all(within_range)
-# ============================================================================= end of copy
-
-import signal  # noqa: E402
-import time  # noqa: E402
-
-
-class dllogger:  # noqa: N801
-    """STAND-IN for NVIDIA's dllogger (not installed): keeps what the hooks log."""
-
-    logged: list[tuple[Any, dict]] = []
-
-    @classmethod
-    def log(cls, data, step):
-        cls.logged.append((step, dict(data)))
-
-
-class hvd:  # noqa: N801
-    """STAND-IN for horovod.tensorflow, one process: the sum over one process is its own value."""
-
-    Sum = "Sum"
-
-    @staticmethod
-    def allreduce(tensor, op=None, name=None):
-        return tf.identity(tensor, name=name)
-
-
-def is_using_hvd():
-    """STAND-IN for utils.hvd_utils.is_using_hvd: the Horovod branch, which feeds its own placeholder."""
-    return True
-
-
-# =============================================================================
-# NVIDIA/DeepLearningExamples, TensorFlow/Classification/ConvNets/utils/hooks/training_hooks.py,
-# commit 33110132cc60095a772194cef51254b03e7d1801.
-# =============================================================================
-class MeanAccumulator:
-
-    def __init__(self):
-        self.sum = 0
-        self.count = 0
-
-    def consume(self, value):
-        self.sum += value
-        self.count += 1
-
-    def value(self):
-        if self.count:
-            return self.sum / self.count
-        else:
-            return 0
-
-
-class TrainingLoggingHook(tf.estimator.SessionRunHook):
-
-    def __init__(
-        self, global_batch_size, num_steps, num_samples, num_epochs, steps_per_epoch, warmup_steps=20, logging_steps=1
-    ):
-        self.global_batch_size = global_batch_size
-        self.num_steps = num_steps
-        self.num_samples = num_samples
-        self.num_epochs = num_epochs
-        self.steps_per_epoch = steps_per_epoch
-        self.warmup_steps = warmup_steps
-        self.logging_steps = logging_steps
-
-        self.current_step = 0
-        self.current_epoch = 0
-        self.t0 = None
-
-        self.mean_throughput = MeanAccumulator()
-
-    # Determines if its the last step of the epoch
-    def _last_step_of_epoch(self, global_step):
-        return (global_step + 1) // self.steps_per_epoch > (global_step // self.steps_per_epoch)
-
-    def before_run(self, run_context):
-        run_args = tf.train.SessionRunArgs(
-            fetches=[
-                tf.train.get_global_step(), 'cross_entropy_loss_ref:0', 'l2_loss_ref:0', 'total_loss_ref:0',
-                'learning_rate_ref:0'
-            ]
-        )
-
-        self.t0 = time.time()
-
-        return run_args
-
-    def after_run(self, run_context, run_values):
-        global_step, cross_entropy, l2_loss, total_loss, learning_rate = run_values.results
-        batch_time = time.time() - self.t0
-        ips = self.global_batch_size / batch_time
-
-        metrics = {
-            "imgs_per_sec": ips,
-            "cross_entropy": cross_entropy,
-            "l2_loss": l2_loss,
-            "total_loss": total_loss,
-            "learning_rate": learning_rate
-        }
-
-        if self.current_step >= self.warmup_steps:
-            self.mean_throughput.consume(metrics['imgs_per_sec'])
-
-            if (self.current_step % self.logging_steps) == 0:
-                metrics = {k: float(v) for k, v in metrics.items()}
-                dllogger.log(data=metrics, step=(int(global_step // self.steps_per_epoch), int(global_step)))
-
-        self.current_step += 1
-
-        if self._last_step_of_epoch(global_step):
-            metrics = {
-                "cross_entropy": cross_entropy,
-                "l2_loss": l2_loss,
-                "total_loss": total_loss,
-                "learning_rate": learning_rate
-            }
-            metrics = {k: float(v) for k, v in metrics.items()}
-            dllogger.log(data=metrics, step=(int(global_step // self.steps_per_epoch), ))
-            self.current_epoch += 1
-
-
-class TrainingPartitionHook(tf.estimator.SessionRunHook):
-
-    def __init__(self, sync_freq=10):
-        super().__init__()
-        self.signal_recieved = False
-        self.sync_freq = sync_freq
-        self.global_step = 0
-
-        signal.signal(signal.SIGUSR1, self._signal_handler)
-        signal.signal(signal.SIGTERM, self._signal_handler)
-
-    def begin(self):
-        if is_using_hvd():
-            with tf.device("/cpu:0"):
-                self.input_op = tf.placeholder(tf.int32, shape=())
-                self.allreduce_op = hvd.allreduce(self.input_op, op=hvd.Sum, 
-                                                  name="signal_handler_all_reduce")
-
-    def before_run(self, run_context):
-        fetches = [tf.train.get_global_step()]
-        feed_dict = None
-
-        if is_using_hvd() and (self.global_step % self.sync_freq) == 0:
-            fetches += [self.allreduce_op]
-            feed_dict = {self.input_op: int(self.signal_recieved)}
-            
-        return tf.train.SessionRunArgs(fetches, feed_dict=feed_dict)
-
-    def after_run(self, run_context, run_values):
-        self.global_step = run_values.results[0] + 1
-
-        if is_using_hvd() and len(run_values.results) == 2:
-            if run_values.results[1] > 0:
-                run_context.request_stop()
-        elif self.signal_recieved:
-            run_context.request_stop()
-
-    def _signal_handler(self, signum, frame):
-        print("Stop signal received")
-        self.signal_recieved = True
-# ============================================================================= end of copy
-
-
-# =============================================================================
-# tensorflow/estimator, tensorflow_estimator/python/estimator/early_stopping.py,
-# commit 07d38ddc4e1daaf244bdccb06da667bbecd6cce7 (written against TF2's `tf`;
-# the names it uses are the same in tf.compat.v1).
-# =============================================================================
-class _MultiWorkerEarlyStoppingHook(tf.compat.v1.train.SessionRunHook):
-  """Hook that requests stop when `should_stop_fn` returns `True`."""
-
-  def _get_or_create_stop_var_with_aggregation(self):
-    with tf.compat.v1.variable_scope(
-        name_or_scope='signal_early_stopping',
-        values=[],
-        reuse=tf.compat.v1.AUTO_REUSE):
-      return tf.compat.v1.get_variable(
-          name='STOP',
-          shape=[],
-          dtype=tf.dtypes.int32,
-          initializer=tf.compat.v1.keras.initializers.constant(0),
-          collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES],
-          synchronization=tf.VariableSynchronization.ON_WRITE,
-          aggregation=tf.compat.v1.VariableAggregation.SUM,
-          trainable=False)
-
-  def __init__(self, should_stop_fn, run_every_steps=None):
-    if not callable(should_stop_fn):
-      raise TypeError('`should_stop_fn` must be callable.')
-
-    self._should_stop_fn = should_stop_fn
-    self._timer = tf.compat.v1.train.SecondOrStepTimer(
-        every_secs=None, every_steps=run_every_steps)
-    self._global_step_tensor = None
-    self._stop_var = None
-    self._stop_op = None
-    self._non_stop_op = None
-
-  def begin(self):
-    self._global_step_tensor = tf.compat.v1.train.get_global_step()
-    self._stop_var = self._get_or_create_stop_var_with_aggregation()
-    assert tf.distribute.in_cross_replica_context()
-
-    strategy = tf.distribute.get_strategy()
-    self._stop_placeholder = None
-
-    def stop_op_fn(var):
-      placeholder = tf.compat.v1.placeholder_with_default(
-          0, tuple(), name='stop_value')
-      if self._stop_placeholder is None:
-        self._stop_placeholder = placeholder
-      return var.assign_add(placeholder)
-
-    self._stop_op = strategy.run(
-        stop_op_fn, args=(self._stop_var,))
-
-  def before_run(self, run_context):
-    del run_context
-    return tf.compat.v1.train.SessionRunArgs({
-        'global_step': self._global_step_tensor,
-        'stop_var': self._stop_var
-    })
-
-  def after_run(self, run_context, run_values):
-    global_step = run_values.results['global_step']
-    should_early_stop = run_values.results['stop_var']
-
-    if should_early_stop > 0:
-      tf.compat.v1.logging.info('Early stopping requested, suspending run.')
-      run_context.request_stop()
-      return
-    if self._timer.should_trigger_for_step(global_step):
-      self._timer.update_last_triggered_step(global_step)
-      if self._should_stop_fn():
-        run_context.session.run(
-            self._stop_op, feed_dict={self._stop_placeholder: 1})
-        tf.compat.v1.logging.info('Requesting early stopping at global step %d',
-                        global_step)
-      else:
-        run_context.session.run(
-            self._stop_op, feed_dict={self._stop_placeholder: 0})
 # ============================================================================= end of copy
