@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorflow.python.training import training_util
 from tf_slim.ops.variables import get_variables_to_restore
 
@@ -517,3 +518,88 @@ class EarlyStoppingAcrossReplicasHook(V1.train.SessionRunHook):
         run_context.session.run(self.add_vote, feed_dict={self.vote: int(stop)})
         if stop:
             V1.logging.info("Requesting early stopping at global step %d", step)
+
+
+def plateaued(steps: list[int], values: list[float], num_steps: int, delta: float, decrease: bool) -> bool:
+    """Whether a metric has moved less than `delta` (down if `decrease`, else up) over at least its
+    last `num_steps` steps: every value since the last one recorded `num_steps` or more steps before
+    the newest is within `delta` of that one."""
+    if len(steps) < 2:
+        return False
+    old_enough = [index for index, step in enumerate(steps) if step <= steps[-1] - num_steps]
+    if not old_enough:
+        return False
+    start = old_enough[-1]
+    sign = 1.0 if decrease else -1.0
+    return all(sign * (values[start] - value) < delta for value in values[start:])
+
+
+class OpOnPlateauHook(V1.train.SessionRunHook):
+    """Runs `plateau_op` once a scalar summary read back from event files has stopped improving.
+
+    Modelled on tensor2tensor's `PlateauOpHook` (a `MetricsBasedHook`): in `after_create_session`
+    it notes the global step; every `every_n_steps` global steps from there it reloads the scalars
+    tagged `tag` from the event files in `events_dir` (written by an evaluation, say) and, if their
+    newest step is new to it and the metric has plateaued (`plateaued`), adds `plateau_op` to the
+    next step's fetches. With `only_once`, that happens at most once.
+    """
+
+    def __init__(
+        self,
+        events_dir: str,
+        tag: str,
+        plateau_op: Any,
+        num_plateau_steps: int = 1000,
+        plateau_delta: float = 0.1,
+        plateau_decrease: bool = True,
+        every_n_steps: int = 1000,
+        only_once: bool = False,
+    ) -> None:
+        if num_plateau_steps <= 0:
+            raise ValueError(f"OpOnPlateauHook: num_plateau_steps must be positive, got {num_plateau_steps}.")
+        self.events = EventAccumulator(events_dir)
+        self.tag = tag
+        self.plateau_op = plateau_op
+        self.num_plateau_steps = num_plateau_steps
+        self.plateau_delta = plateau_delta
+        self.plateau_decrease = plateau_decrease
+        self.every_n_steps = every_n_steps
+        self.only_once = only_once
+        self.first_step: int | None = None
+        self.run_op_next = False
+        self.ran = False
+        self.newest_seen = 0
+
+    def _active(self) -> bool:
+        return not (self.only_once and self.ran)
+
+    def begin(self) -> None:
+        self.global_step = V1.train.get_global_step()
+        if self.global_step is None:
+            raise RuntimeError("OpOnPlateauHook needs a global step.")
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        if self.first_step is None:
+            self.first_step = session.run(self.global_step)
+
+    def before_run(self, run_context: Any) -> Any:
+        fetches = [self.global_step]
+        if self.run_op_next and self._active():
+            fetches.append(self.plateau_op)
+            self.run_op_next, self.ran = False, True
+        return V1.train.SessionRunArgs(fetches)
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        step = run_values.results[0]
+        if (step - self.first_step) % self.every_n_steps != 0 or not self._active():
+            return
+        self.events.Reload()
+        if self.tag not in self.events.Tags()["scalars"]:
+            return
+        scalars = self.events.Scalars(self.tag)
+        if not scalars or scalars[-1].step == self.newest_seen:
+            return
+        self.newest_seen = scalars[-1].step
+        steps, values = [s.step for s in scalars], [s.value for s in scalars]
+        if plateaued(steps, values, self.num_plateau_steps, self.plateau_delta, self.plateau_decrease):
+            self.run_op_next = True

@@ -48,7 +48,6 @@ import re  # noqa: E402
 
 import modelled_hooks  # noqa: E402
 import numpy as np  # noqa: E402
-import real_hooks  # noqa: E402
 from support import (  # noqa: E402
     BATCH,
     TF1_NAMES,
@@ -61,6 +60,7 @@ from support import (  # noqa: E402
     tf1_mlp,
     weights_of,
 )
+from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
 from tensorflow.python.training import training_util  # noqa: E402
 
 V1 = tf.compat.v1
@@ -91,13 +91,13 @@ def v1_shapes():
 
 @pytest.fixture
 def logged():
-    """Messages the public hooks (and those modelled on them) log at INFO (to the `tensorflow` and
-    `deepr` loggers)."""
+    """Messages the hooks modelled on public ones log at INFO (to the `tensorflow` and `deepr`
+    loggers)."""
     messages: list[str] = []
 
     class Collect(logging.Handler):
         def emit(self, record):
-            if record.filename in ("real_hooks.py", "modelled_hooks.py"):
+            if record.filename == "modelled_hooks.py":
                 messages.append(record.getMessage())
 
     handler = Collect(level=logging.INFO)
@@ -168,8 +168,8 @@ def test_weight_norm_summary_holds_the_value_after_each_update(K, tmp_path):
     np.testing.assert_allclose([v for _, v in keras_], [after.values[s - 1] for s, _ in tf1], atol=TOLERANCE)
     histograms = {}
     for name in ("tf1", "keras"):
-        events = real_hooks.event_accumulator.EventAccumulator(
-            str(tmp_path / name), size_guidance={real_hooks.event_accumulator.HISTOGRAMS: 0}
+        events = event_accumulator.EventAccumulator(
+            str(tmp_path / name), size_guidance={event_accumulator.HISTOGRAMS: 0}
         )
         events.Reload()
         histograms[name] = [(e.step, e.histogram_value.num) for e in events.Histograms("kernel")]
@@ -278,7 +278,8 @@ def test_init_from_checkpoint_with_an_assignment_map_restores_renamed_weights_on
     assert learning_rate_of(model) == pytest.approx(tf1["learning_rate"]) == pytest.approx(0.05)
 
 
-def test_plateau_op_hook_halves_the_learning_rate_as_under_tf1(K, tmp_path):
+def test_a_plateau_hook_like_tensor2tensors_halves_the_learning_rate_as_under_tf1(K, tmp_path):
+    """A hook modelled on tensor2tensor's `PlateauOpHook` (tests/modelled_hooks.py)."""
     # The "eval" events the hook reads: a loss that no longer decreases.
     events = tmp_path / "eval"
     with tf.Graph().as_default():
@@ -302,7 +303,7 @@ def test_plateau_op_hook_halves_the_learning_rate_as_under_tf1(K, tmp_path):
         def make():
             rate = V1.get_default_graph().get_tensor_by_name("learning_rate:0")
             decay = V1.assign(rate, rate * 0.5)
-            plateau = real_hooks.PlateauOpHook(
+            plateau = modelled_hooks.OpOnPlateauHook(
                 str(events), "loss", decay, num_plateau_steps=2, every_n_steps=2, only_once=True
             )
             return [plateau, Rate(name)]
