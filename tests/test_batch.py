@@ -12,9 +12,9 @@ import re
 from typing import Any
 
 import keras
+import modelled_hooks
 import numpy as np
 import pytest
-import real_hooks
 import tensorflow as tf
 from support import (
     N_CLASSES,
@@ -582,8 +582,8 @@ def tf_info():
 
 
 @pytest.mark.parametrize("values", ["batch", "running_mean"])
-def test_opennmt_counters_hook_and_logging_hook_log_what_they_logged_under_tf1(K, clock, tf_info, values):
-    """OpenNMT-tf's `CountersHook` (unchanged, `tests/real_hooks.py`) on a counter that adds up
+def test_a_counters_hook_like_opennmts_and_logging_hook_log_what_they_logged_under_tf1(K, clock, tf_info, values):
+    """A hook modelled on OpenNMT-tf's `CountersHook` (`tests/modelled_hooks.py`) on a counter that adds
     each batch's correct predictions, and `LoggingTensorHook` on the loss: the lines they log
     under a real MonitoredSession training the same model, and through HookCallback."""
     steps, every = 20, 5
@@ -594,13 +594,13 @@ def test_opennmt_counters_hook_and_logging_hook_log_what_they_logged_under_tf1(K
         graph = tf.compat.v1.get_default_graph()
         predictions = tf.argmax(graph.get_tensor_by_name("logits:0"), 1)
         correct = tf.reduce_sum(tf.cast(tf.equal(graph.get_tensor_by_name("y:0"), predictions), tf.int64))
-        real_hooks.add_counter("correct", correct)  # in the model_fn
-        return [real_hooks.CountersHook(every_n_steps=every), T.LoggingTensorHook(["loss"], every_n_iter=every)]
+        modelled_hooks.register_counter("correct", correct)  # in the model_fn
+        return [modelled_hooks.CounterRatesHook(every_n_steps=every), T.LoggingTensorHook(["loss"], every_n_iter=every)]
 
     def keras_hooks() -> list[Any]:
         # The same model_fn line, on the batch's accuracy: batches of 32, so 32 * accuracy correct.
-        real_hooks.add_counter("correct", tf.round(log_tensor("accuracy") * BATCH))
-        return [real_hooks.CountersHook(every_n_steps=every), T.LoggingTensorHook(["loss"], every_n_iter=every)]
+        modelled_hooks.register_counter("correct", tf.round(log_tensor("accuracy") * BATCH))
+        return [modelled_hooks.CounterRatesHook(every_n_steps=every), T.LoggingTensorHook(["loss"], every_n_iter=every)]
 
     run_tf1_mlp(tf1_hooks, start, steps, before_step=lambda: setattr(clock, "now", clock.now + 1.0))
     tf1_lines = list(tf_info)
@@ -619,12 +619,12 @@ def test_opennmt_counters_hook_and_logging_hook_log_what_they_logged_under_tf1(K
     def parsed(lines: list[str], pattern: str) -> list[float]:
         return [float(m.group(1)) for m in map(re.compile(pattern).match, lines) if m]
 
-    # CountersHook logs "<counter op name>: <rate>" (TF2 names the op of a resource
+    # CounterRatesHook logs "<counter op name>: <rate>" (TF2 names the op of a resource
     # variable's assign_add "AssignAddVariableOp", under TF1 and Keras alike).
     rate, loss = r"^\w+: (-?[\d.]+(?:e[+-]?\d+)?)$", r"^loss = (\S+)"
     tf1_rates, keras_rates = parsed(tf1_lines, rate), parsed(keras_lines, rate)
     tf1_losses, keras_losses = parsed(tf1_lines, loss), parsed(keras_lines, loss)
-    # Triggers at steps 0, 5, 10, 15: CountersHook keeps its first count at the second, logs from the third.
+    # Triggers at steps 0, 5, 10, 15: CounterRatesHook keeps its first count at the second, logs from the third.
     assert len(tf1_rates) == 2 and len(tf1_losses) == 4
     if values == "batch":
         assert keras_rates == tf1_rates  # correct predictions per second, over each 5 steps

@@ -14,9 +14,9 @@ import sys
 import warnings
 
 import keras
+import modelled_hooks
 import numpy as np
 import pytest
-import real_hooks
 import tensorflow as tf
 from support import (
     BATCH,
@@ -237,9 +237,10 @@ def test_an_eval_hook_restores_a_checkpoint_with_a_tf1_saver_of_all_global_varia
     np.testing.assert_allclose(results, trained.evaluate(X, Y, batch_size=BATCH, verbose=0), rtol=1e-6)
 
 
-def test_estimators_stop_at_checkpoint_step_hook_reads_the_step_back_and_stops_as_under_tf1(tmp_path):
-    """tensorflow_estimator's `_StopAtCheckpointStepHook`, copied unchanged, reads "global_step"
-    from the newest checkpoint by name: it stops where it stops under a real MonitoredSession."""
+def test_a_stop_hook_modelled_on_estimators_reads_the_checkpointed_step_back_and_stops_as_under_tf1(tmp_path):
+    """A hook modelled on tensorflow_estimator's `_StopAtCheckpointStepHook` (tests/modelled_hooks.py)
+    reads "global_step" from the newest checkpoint by name: it stops where it stops under a real
+    MonitoredSession."""
     stops = {}
     for side in ("tf1", "keras"):
         directory = str(tmp_path / side)
@@ -249,7 +250,7 @@ def test_estimators_stop_at_checkpoint_step_hook_reads_the_step_back_and_stops_a
             return [
                 BeforeStep(lambda: ran.append(None)),
                 T.CheckpointSaverHook(directory, save_steps=4),
-                real_hooks._StopAtCheckpointStepHook(directory, last_step=8, wait_after_file_check_secs=0),
+                modelled_hooks.StopAtCheckpointedStepHook(directory, last_step=8, wait_secs=0),
             ]
 
         if side == "tf1":

@@ -41,12 +41,13 @@ def test_stop_at_step_hook_stops_where_tf1_stops(K, kwargs):
 # model. Without hooks the two end within 1e-8 of each other, so what a hook
 # reads or writes is compared at a tight tolerance.
 
+import importlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
-import types  # noqa: E402
+import re  # noqa: E402
 
+import modelled_hooks  # noqa: E402
 import numpy as np  # noqa: E402
-import real_hooks  # noqa: E402
 from support import (  # noqa: E402
     BATCH,
     TF1_NAMES,
@@ -59,6 +60,7 @@ from support import (  # noqa: E402
     tf1_mlp,
     weights_of,
 )
+from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
 from tensorflow.python.training import training_util  # noqa: E402
 
 V1 = tf.compat.v1
@@ -89,12 +91,13 @@ def v1_shapes():
 
 @pytest.fixture
 def logged():
-    """Messages the real hooks log at INFO (to the `tensorflow` and `deepr` loggers)."""
+    """Messages the hooks modelled on public ones log at INFO (to the `tensorflow` and `deepr`
+    loggers)."""
     messages: list[str] = []
 
     class Collect(logging.Handler):
         def emit(self, record):
-            if record.filename == "real_hooks.py":
+            if record.filename == "modelled_hooks.py":
                 messages.append(record.getMessage())
 
     handler = Collect(level=logging.INFO)
@@ -111,9 +114,9 @@ def logged():
 
 def test_parameter_count_and_variable_statistics_hooks_log_what_tf1_logged(K, v1_shapes, logged):
     # tf_keras's SGD has momentum slots (at momentum 0) that TF1's GradientDescentOptimizer
-    # had not: left out by the hook's own blacklist, as Adam's were.
-    blacklist = ("adam", "beta", "stopping", "step", "sgd/")
-    hooks = lambda: [real_hooks.LogParametersCountHook(), real_hooks.LogVariablesInitHook(blacklist=blacklist)]  # noqa: E731
+    # had not: left out by the hook's own exclusions, as Adam's were.
+    excluded = ("adam", "beta", "stopping", "step", "sgd/")
+    hooks = lambda: [modelled_hooks.ParameterCountHook(), modelled_hooks.VariableStatisticsHook(excluded=excluded)]  # noqa: E731
     run_tf1_mlp(hooks, initial_weights(K), steps=2)
     tf1, logged[:] = list(logged), []
     fit_mlp(K, hooks, steps=2)
@@ -128,8 +131,8 @@ def test_the_parameter_count_hook_on_an_unbuilt_tf_keras_model_fails_clearly_rat
     model = tf_keras.Sequential([tf_keras.layers.Dense(4), tf_keras.layers.Dense(3)])
     model.compile("sgd", tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     with pytest.raises(ValueError, match=r"do not exist yet") as raised:
-        fit_mlp(None, [real_hooks.LogParametersCountHook()], steps=1, model=model)
-    assert "Raised in LogParametersCountHook.begin()" in "\n".join(raised.value.__notes__)
+        fit_mlp(None, [modelled_hooks.ParameterCountHook()], steps=1, model=model)
+    assert "Raised in ParameterCountHook.begin()" in "\n".join(raised.value.__notes__)
     assert not any("Number of trainable parameters" in line for line in logged)
 
 
@@ -165,27 +168,28 @@ def test_weight_norm_summary_holds_the_value_after_each_update(K, tmp_path):
     np.testing.assert_allclose([v for _, v in keras_], [after.values[s - 1] for s, _ in tf1], atol=TOLERANCE)
     histograms = {}
     for name in ("tf1", "keras"):
-        events = real_hooks.event_accumulator.EventAccumulator(
-            str(tmp_path / name), size_guidance={real_hooks.event_accumulator.HISTOGRAMS: 0}
+        events = event_accumulator.EventAccumulator(
+            str(tmp_path / name), size_guidance={event_accumulator.HISTOGRAMS: 0}
         )
         events.Reload()
         histograms[name] = [(e.step, e.histogram_value.num) for e in events.Histograms("kernel")]
     assert histograms["keras"] == histograms["tf1"] == [(s, 8 * 16) for s in (1, 4, 7, 10)]
 
 
-def test_broadcast_hook_writes_the_root_values_into_keras_as_into_tf1(K, monkeypatch):
+def test_a_broadcast_hook_like_horovods_writes_the_root_values_into_keras_as_into_tf1(K, monkeypatch):
+    """A hook modelled on Horovod's TF1 `BroadcastGlobalVariablesHook` (tests/modelled_hooks.py)."""
     root = make_model(K, layer_names=TF1_NAMES)
     for layer in root.layers:
         layer.set_weights([w + 0.5 for w in layer.get_weights()])  # the root rank's weights differ
-    monkeypatch.setattr(real_hooks, "ROOT_VALUES", dict(zip(WEIGHTS, weights_of(root), strict=True)))
+    monkeypatch.setattr(modelled_hooks, "ROOT_VALUES", dict(zip(WEIGHTS, weights_of(root), strict=True)))
 
     class Listed(V1.train.SessionRunHook):
         def begin(self):
             self.names = [v.name for v in V1.global_variables()]
 
     listed = {"tf1": Listed(), "keras": Listed()}
-    tf1 = run_tf1_mlp([real_hooks.BroadcastGlobalVariablesHook(0), listed["tf1"]], initial_weights(K), steps=5)
-    model = fit_mlp(K, [real_hooks.BroadcastGlobalVariablesHook(0), listed["keras"]], steps=5)
+    tf1 = run_tf1_mlp([modelled_hooks.BroadcastVariablesHook(0), listed["tf1"]], initial_weights(K), steps=5)
+    model = fit_mlp(K, [modelled_hooks.BroadcastVariablesHook(0), listed["keras"]], steps=5)
     assert listed["tf1"].names == [
         "global_step:0",
         "dense/kernel:0",
@@ -234,12 +238,12 @@ class StepsSeen(V1.train.SessionRunHook):
         self.seen.append(int(run_values.results))
 
 
-def test_tensor2tensor_restore_hook_warm_starts_keras_from_a_tf1_checkpoint(K, tmp_path):
+def test_a_restore_hook_modelled_on_tensor2tensors_warm_starts_keras_from_a_tf1_checkpoint(K, tmp_path):
     saved = write_tf1_checkpoint(tmp_path, K)
     seen = {"tf1": StepsSeen(), "keras": StepsSeen()}
     checkpoint = str(tmp_path)
     # Everything but tf_keras's SGD slots, which the TF1 graph had not (a no-op elsewhere).
-    restore = lambda: real_hooks.RestoreHook(checkpoint, exclude=["SGD"])  # noqa: E731
+    restore = lambda: modelled_hooks.ScopedRestoreHook(checkpoint, exclude=["SGD"])  # noqa: E731
     tf1 = run_tf1_mlp([restore(), seen["tf1"]], initial_weights(K), steps=3)
     model = fit_mlp(K, [restore(), seen["keras"]], steps=3)
     # Restored at session creation: weights, learning rate and global step, as under TF1.
@@ -274,7 +278,8 @@ def test_init_from_checkpoint_with_an_assignment_map_restores_renamed_weights_on
     assert learning_rate_of(model) == pytest.approx(tf1["learning_rate"]) == pytest.approx(0.05)
 
 
-def test_plateau_op_hook_halves_the_learning_rate_as_under_tf1(K, tmp_path):
+def test_a_plateau_hook_like_tensor2tensors_halves_the_learning_rate_as_under_tf1(K, tmp_path):
+    """A hook modelled on tensor2tensor's `PlateauOpHook` (tests/modelled_hooks.py)."""
     # The "eval" events the hook reads: a loss that no longer decreases.
     events = tmp_path / "eval"
     with tf.Graph().as_default():
@@ -298,7 +303,7 @@ def test_plateau_op_hook_halves_the_learning_rate_as_under_tf1(K, tmp_path):
         def make():
             rate = V1.get_default_graph().get_tensor_by_name("learning_rate:0")
             decay = V1.assign(rate, rate * 0.5)
-            plateau = real_hooks.PlateauOpHook(
+            plateau = modelled_hooks.OpOnPlateauHook(
                 str(events), "loss", decay, num_plateau_steps=2, every_n_steps=2, only_once=True
             )
             return [plateau, Rate(name)]
@@ -353,12 +358,12 @@ def test_variable_load_sets_the_keras_weight_as_under_tf1(K):
     assert_same_weights(tf1, model)
 
 
-def test_the_resnet_learning_rate_setter_feeds_the_rate_for_each_step_as_under_tf1(K):
-    """tensorflow/models' ResNet `_LearningRateSetterHook` feeds the rate (0.1, where the model
-    was built with 0.05) in every step's SessionRunArgs. Under TF1 the step trains at the fed rate
-    and the variable keeps its own value; so does Keras's step here."""
-    resnet = types.SimpleNamespace(global_step="global_step:0", lrn_rate="learning_rate:0")
-    hooks = lambda: [real_hooks.learning_rate_setter_hook(resnet)]  # noqa: E731
+def test_a_rate_feeding_hook_modelled_on_resnets_feeds_the_rate_for_each_step_as_under_tf1(K):
+    """A hook modelled on tensorflow/models' TF1 ResNet `_LearningRateSetterHook`
+    (tests/modelled_hooks.py) feeds the rate (0.1, where the model was built with 0.05) in every
+    step's SessionRunArgs. Under TF1 the step trains at the fed rate and the variable keeps its own
+    value; so does Keras's step here."""
+    hooks = lambda: [modelled_hooks.FedRateHook("global_step:0", "learning_rate:0")]  # noqa: E731
     tf1 = run_tf1_mlp(hooks, initial_weights(K), steps=6)
     model = fit_mlp(K, hooks, steps=6)
     assert_same_weights(tf1, model)
@@ -368,7 +373,7 @@ def test_the_resnet_learning_rate_setter_feeds_the_rate_for_each_step_as_under_t
     assert not np.allclose(weights_of(unfed)[0], weights_of(model)[0], atol=1e-4)
 
 
-from hooks2callbacks import HookCallback, log_tensor  # noqa: E402
+from hooks2callbacks import HookCallback, install_estimator_aliases, log_tensor  # noqa: E402
 
 X_, _ = make_data()
 
@@ -391,8 +396,8 @@ class KeepPredictions(tf.compat.v1.train.SessionRunHook):
 def test_predict_hooks_see_the_predictions_as_original_args_as_under_estimators_predict_loop(K):
     """Estimator's predict loop ran `mon_sess.run(predictions)`, so a predict hook found the
     predictions in `run_context.original_args.fetches` (OpenNMT-tf's LogPredictionTimeHook
-    re-fetches them). In predict mode they are the step's `"outputs"`: here a dict, as a
-    model_fn's predictions were."""
+    re-fetched them, as tests/modelled_hooks.py's PredictionTimeHook does). In predict mode they
+    are the step's `"outputs"`: here a dict, as a model_fn's predictions were."""
     inputs = K.Input((X_.shape[1],))
     hidden = K.layers.Dense(16, activation="relu")(inputs)
     logits = K.layers.Dense(3)(hidden)
@@ -403,17 +408,17 @@ def test_predict_hooks_see_the_predictions_as_original_args_as_under_estimators_
         x = tf.compat.v1.placeholder(tf.float32, [None, X_.shape[1]])
         tf1_logits = tf.matmul(tf.nn.relu(tf.matmul(x, kernel) + bias), kernel_1) + bias_1
         predictions = {"logits": tf1_logits, "probabilities": tf.nn.softmax(tf1_logits)}
-        seen["tf1"] = hooks = [real_hooks.LogPredictionTimeHook(), KeepPredictions()]
+        seen["tf1"] = hooks = [modelled_hooks.PredictionTimeHook(), KeepPredictions()]
         with tf.compat.v1.train.MonitoredSession(hooks=hooks) as session:
             for start in (0, 32):
                 session.run(predictions, {x: X_[start : start + 32]})
         assert hooks[1].original == [predictions, predictions]
-    seen["keras"] = hooks = [real_hooks.LogPredictionTimeHook(), KeepPredictions()]
+    seen["keras"] = hooks = [modelled_hooks.PredictionTimeHook(), KeepPredictions()]
     out = model.predict(X_[:64], batch_size=32, verbose=0, callbacks=[HookCallback(hooks, mode="predict")])
     assert [o.name for o in hooks[1].original] == ["keras_logs/outputs:0"] * 2
     for system in ("tf1", "keras"):
         timer, keep = seen[system]
-        assert timer._total_examples == 64
+        assert timer.examples == 64
         assert [sorted(r) for r in keep.results] == [["logits", "probabilities"]] * 2
         for key in ("logits", "probabilities"):
             assert all(isinstance(r[key], np.ndarray) for r in keep.results)
@@ -525,27 +530,50 @@ def test_estimators_own_logging_hook_with_the_global_step_variable_logs_tf1s_lin
     assert [int(line.split(", step = ")[1]) for line in ours] == [int(line.split(", step = ")[1]) - 1 for line in tf1]
 
 
-def test_the_official_models_logging_metric_hook_logs_the_rate_and_the_loss_as_under_tf1(K):
+BENCHMARK_METRIC = re.compile(
+    r"Benchmark metric: \{'name': '(\w+)', 'value': ([^,]+), 'unit': None, 'global_step': ([^,]+),"
+)
+
+
+def test_the_official_models_logging_metric_hook_logs_the_rate_and_the_loss_as_under_tf1(K, tf_info):
     """tensorflow/models' LoggingMetricHook adds the global step variable to its tensors (it failed:
     unhashable), and its logger drops a value that is not a `numbers.Number` (the rate, a 0-d
-    ndarray, was dropped)."""
+    ndarray, was dropped). The hook and the logger are the PyPI package tf-models-official
+    2.1.0.dev2's (a test extra), imported after `install_estimator_aliases()`; the logger's
+    `BaseBenchmarkLogger` logs each metric as "Benchmark metric: {...}" at INFO, and a dropped
+    value as a warning, "Metric value to log should be a number"."""
+    install_estimator_aliases()  # metric_hook.py subclasses tf.estimator.LoggingTensorHook
+    metric_hook = importlib.import_module("official.utils.logs.metric_hook")
+    logger = importlib.import_module("official.utils.logs.logger")
 
-    def hooks(logger):
-        return lambda: [
-            real_hooks.LoggingMetricHook(
-                {"loss": "loss", "learning_rate": "learning_rate"}, metric_logger=logger, every_n_iter=1
+    def hooks():
+        return [
+            metric_hook.LoggingMetricHook(
+                {"loss": "loss", "learning_rate": "learning_rate"},
+                metric_logger=logger.BaseBenchmarkLogger(),
+                every_n_iter=1,
             )
         ]
 
+    def logged():
+        """The metrics logged, as (name, value, the global step's repr), and the warnings of drops."""
+        metrics = [match.groups() for match in map(BENCHMARK_METRIC.match, tf_info) if match]
+        drops = [m for m in tf_info if m.startswith("Metric value to log should be a number")]
+        tf_info.clear()
+        return [(name, float(value), step) for name, value, step in metrics], drops
+
     model = make_model(K, layer_names=TF1_NAMES)
-    tf1, ours = real_hooks.MetricLogger(), real_hooks.MetricLogger()
-    run_tf1_mlp(hooks(tf1), weights_of(model), 4)
-    fit_mlp(K, hooks(ours), 4, model=model)
-    assert ours.dropped == tf1.dropped == []
-    names = [name for name, _, _ in ours.metrics]
-    assert names == [name for name, _, _ in tf1.metrics] == ["learning_rate", "loss"] * 4
-    assert [v for _, v, _ in ours.metrics] == pytest.approx([v for _, v, _ in tf1.metrics], rel=1e-6)
-    assert [type(s) for _, _, s in ours.metrics] == [type(s) for _, _, s in tf1.metrics] == [np.int64] * 8
+    run_tf1_mlp(hooks, weights_of(model), 4)
+    tf1, tf1_drops = logged()
+    fit_mlp(K, hooks, 4, model=model)
+    ours, our_drops = logged()
+    assert our_drops == tf1_drops == []
+    names = [name for name, _, _ in ours]
+    assert names == [name for name, _, _ in tf1] == ["learning_rate", "loss"] * 4
+    assert [v for _, v, _ in ours] == pytest.approx([v for _, v, _ in tf1], rel=1e-6)
+    # The global step as the logger printed it: an np.int64 on both sides (its repr), as TF1's fetch gave it.
+    for _, _, step in ours + tf1:
+        assert step == repr(np.int64(int(re.search(r"(\d+)\)?$", step).group(1)))), (ours, tf1)
 
 
 # A model_fn's schedules on the global step, and the Keras schedules that compute the same rates.

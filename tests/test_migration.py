@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import keras
+import modelled_hooks
 import numpy as np
 import pytest
-import real_hooks
 import tensorflow as tf
 from support import TF1_NAMES, make_data
 
@@ -67,13 +67,13 @@ def only(report, hook):
 
 @pytest.fixture
 def v1_shapes():
-    """TF1 shapes (`dim.value`), as OpenNMT's parameter count hook needs them."""
+    """TF1 shapes (`dim.value`), as the parameter count hook (modelled on OpenNMT-tf's) needs them."""
     V1.disable_v2_tensorshape()
     yield
     V1.enable_v2_tensorshape()
 
 
-def test_a_faithful_migration_with_the_stock_hooks_and_a_real_hook_is_ok_in_train_mode(v1_shapes):
+def test_a_faithful_migration_with_the_stock_hooks_and_a_parameter_count_hook_is_ok_in_train_mode(v1_shapes):
     def hooks():
         return [
             V1.train.StopAtStepHook(last_step=12),
@@ -86,8 +86,8 @@ def test_a_faithful_migration_with_the_stock_hooks_and_a_real_hook_is_ok_in_trai
                 output_dir="model_dir",
                 summary_op=V1.summary.scalar("loss", V1.get_default_graph().get_tensor_by_name("cross_entropy:0")),
             ),
-            # OpenNMT's parameter count hook, unchanged (real_hooks.py names its source).
-            real_hooks.LogParametersCountHook(),
+            # A parameter count hook modelled on OpenNMT-tf 1.x's (tests/modelled_hooks.py).
+            modelled_hooks.ParameterCountHook(),
         ]
 
     report = check_migration(model_fn, keras_twin(), hooks, (X, Y), steps=20, names=NAMES)
@@ -99,7 +99,7 @@ def test_a_faithful_migration_with_the_stock_hooks_and_a_real_hook_is_ok_in_trai
     assert counts["4 StepCounterHook"]["summaries"] == 2  # global_step/sec, by presence
     assert counts["5 SummarySaverHook"]["summaries"] == 6
     assert counts["0 StopAtStepHook"]["calls"] == 2 + 2 * 12  # begin, after_create_session, 12 steps
-    assert counts["6 LogParametersCountHook"]["lines"] == 1  # "Number of trainable parameters: 195"
+    assert counts["6 ParameterCountHook"]["lines"] == 1  # "Number of trainable parameters: 195"
     assert "OK" in str(report)
     report.assert_ok()
 
@@ -117,14 +117,15 @@ def test_a_faithful_migration_is_ok_in_eval_mode():
     assert report.compared["0 LoggingTensorHook"]["lines"] == 4
 
 
-def test_a_faithful_migration_is_ok_in_predict_mode_with_a_real_predict_hook():
-    # OpenNMT's LogPredictionTimeHook re-fetches what the predict loop ran; its line holds a time.
-    hooks = lambda: [real_hooks.LogPredictionTimeHook()]  # noqa: E731
+def test_a_faithful_migration_is_ok_in_predict_mode_with_a_prediction_timing_hook():
+    # A hook modelled on OpenNMT-tf's LogPredictionTimeHook re-fetches what the predict loop ran;
+    # its lines hold a time.
+    hooks = lambda: [modelled_hooks.PredictionTimeHook()]  # noqa: E731
     report = check_migration(model_fn, keras_twin(dict_output=True), hooks, X[:96], steps=None, mode="predict")
     assert report.ok, str(report)
     assert report.steps == {"tf1": 3, "keras": 3}
-    assert report.compared["0 LogPredictionTimeHook"]["values"] == 6  # before_run, and the logits, each step
-    assert report.compared["0 LogPredictionTimeHook"]["lines"] == 2  # total and average times, by presence
+    assert report.compared["0 PredictionTimeHook"]["values"] == 6  # before_run, and the logits, each step
+    assert report.compared["0 PredictionTimeHook"]["lines"] == 2  # total and average times, by presence
 
 
 # -- planted differences: the right hook, step and key ----------------------------------

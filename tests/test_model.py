@@ -12,9 +12,9 @@ import signal
 import warnings
 
 import keras
+import modelled_hooks
 import numpy as np
 import pytest
-import real_hooks
 import tensorflow as tf
 from support import BATCH, TF1_NAMES, Recorder, fit_in_order, iterations, make_data, make_model, weights_of
 from tensorflow.python.ops import state_ops
@@ -310,7 +310,7 @@ def test_a_write_to_the_global_step_moves_the_optimizer_step(K):
 
     class Steps(V1.train.SessionRunHook):
         def begin(self):
-            self.read = real_hooks.tf.train.get_global_step()
+            self.read = V1.train.get_global_step()
 
         def before_run(self, run_context):
             return V1.train.SessionRunArgs(self.read)
@@ -389,8 +389,8 @@ def test_under_gradient_accumulation_a_scheduled_rate_is_the_one_of_the_update_t
 
 def test_a_names_map_gives_tf1_names_to_log_keys_and_variables(K):
     model = make_model(K, layer_names=TF1_NAMES)
-    logger = real_hooks.TrainingLoggingHook(BATCH, 10, 320, 1, 10, warmup_steps=0)
-    real_hooks.dllogger.logged.clear()
+    # A hook modelled on NVIDIA's TF1 ConvNets TrainingLoggingHook (tests/modelled_hooks.py).
+    logger = modelled_hooks.StepMetricsHook(BATCH, steps_per_epoch=10, warmup_steps=0)
 
     class Ops(V1.train.SessionRunHook):  # builds on the names in begin(), as a model_fn's consumers did
         def begin(self):
@@ -414,7 +414,7 @@ def test_a_names_map_gives_tf1_names_to_log_keys_and_variables(K):
     recorder = Recorder(K, X, Y)  # each batch's own values, what the names stand for
     fit_in_order(model, [recorder, HookCallback([logger, ops], names=names)], steps=3)
     last = recorder.train_batch[-1]
-    per_step = [data for step, data in real_hooks.dllogger.logged if len(step) == 2]
+    per_step = [data for step, data in logger.logged if len(step) == 2]
     assert [d["learning_rate"] for d in per_step] == pytest.approx([0.05] * 3)
     assert per_step[-1]["cross_entropy"] == per_step[-1]["total_loss"] == pytest.approx(last["loss"], rel=1e-6)
     assert ops.results == pytest.approx([2 * last["loss"], 0.025, last["accuracy"]], rel=1e-6)
@@ -503,7 +503,8 @@ def test_an_eager_variable_not_of_the_model_is_a_clear_error(K):
 
 @pytest.fixture
 def signal_handlers():
-    """NVIDIA's hook installs SIGUSR1/SIGTERM handlers in its constructor; put pytest's back after."""
+    """The signal hook (modelled on NVIDIA's) installs SIGUSR1/SIGTERM handlers in its constructor;
+    put pytest's back after."""
     saved = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
     yield
     for sig, handler in saved.items():
@@ -511,8 +512,8 @@ def signal_handlers():
 
 
 def test_a_hook_feeds_a_placeholder_it_built(K, signal_handlers):
-    hook = real_hooks.TrainingPartitionHook(sync_freq=2)
-    hook.signal_recieved = True  # a signal arrived: its all-reduce (over a fed placeholder) says stop
+    hook = modelled_hooks.SignalStopHook(sync_freq=2)  # modelled on NVIDIA's TrainingPartitionHook
+    hook.signal_received = True  # a signal arrived: its all-reduce (over a fed placeholder) says stop
     model = fit(make_model(K), hook, steps=10)
     assert iterations(model) == 1  # the first step fed 1, fetched it back, and stopped
 
@@ -540,13 +541,13 @@ def test_an_empty_collection_a_model_fn_filled_warns_once_naming_hook_and_collec
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fit(make_model(K), [Reads(), real_hooks.CountersHook(every_n_steps=2)], steps=2)
+        fit(make_model(K), [Reads(), modelled_hooks.CounterRatesHook(every_n_steps=2)], steps=2)
     messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     assert len(messages) == 2, messages
     assert messages[0].startswith(
         "HookCallback: Reads.begin() read the graph collection 'predictions', which is empty."
     )
-    assert messages[1].startswith("HookCallback: CountersHook.begin() read the graph collection 'counters'")
+    assert messages[1].startswith("HookCallback: CounterRatesHook.begin() read the graph collection 'counters'")
     assert "Fill this one yourself in a hooks factory" in messages[0]
 
 
@@ -611,9 +612,9 @@ def test_a_hook_reading_the_variables_of_a_tf_keras_model_not_yet_built_is_told_
 
 
 def test_a_hook_that_needs_a_cross_replica_context_fails_as_under_an_undistributed_estimator(K):
-    # tensorflow/estimator used it only under a train_distribute strategy; without
-    # one, in_cross_replica_context() is False in TF1 too (see test_distribute.py
-    # for the run under MirroredStrategy).
-    hook = real_hooks._MultiWorkerEarlyStoppingHook(lambda: False, run_every_steps=2)
+    # A hook modelled on tensorflow/estimator's early-stopping hook (tests/modelled_hooks.py), which
+    # Estimator used only under a train_distribute strategy; without one, in_cross_replica_context()
+    # is False in TF1 too (see test_distribute.py for the run under MirroredStrategy).
+    hook = modelled_hooks.EarlyStoppingAcrossReplicasHook(lambda: False, run_every_steps=2)
     with pytest.raises(AssertionError):
         fit(make_model(K), hook, steps=2)

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import real_hooks
 import tensorflow as tf
 from support import (
     TF1_NAMES,
@@ -31,6 +30,7 @@ from support import (
     tf1_mlp,
     weights_of,
 )
+from tf_slim.training.evaluation import SummaryAtEndHook
 
 from hooks2callbacks import HookCallback, log_tensor
 
@@ -519,15 +519,15 @@ def test_summary_saver_hook_in_eval_mode_writes_each_batch_loss_as_the_loss_tens
 
 
 def test_tf_slims_summary_at_end_hook_writes_the_evaluation_as_under_tf1(K, tmp_path):
-    """tf-slim's SummaryAtEndHook, copied unchanged, writes at end() the summaries of the
-    eval graph: under TF1 a streaming `tf.metrics.mean` of the loss, here the "loss" log
-    key. Both write the evaluation's mean loss, which is evaluate()'s result."""
+    """tf-slim's SummaryAtEndHook (imported from the PyPI package tf-slim 1.1.0) writes at end()
+    the summaries of the eval graph: under TF1 a streaming `tf.metrics.mean` of the loss, here the
+    "loss" log key. Both write the evaluation's mean loss, which is evaluate()'s result."""
     model = make_model(K, layer_names=TF1_NAMES)
     weights = weights_of(model)
 
     def keras_hooks():
         tf.compat.v1.summary.scalar("eval/loss", log_tensor("loss"))
-        return [real_hooks.SummaryAtEndHook(log_dir=str(tmp_path / "keras"))]
+        return [SummaryAtEndHook(log_dir=str(tmp_path / "keras"))]
 
     results = model.evaluate(
         X, Y, batch_size=BATCH, verbose=0, return_dict=True, callbacks=[HookCallback(keras_hooks, mode="eval")]
@@ -536,9 +536,7 @@ def test_tf_slims_summary_at_end_hook_writes_the_evaluation_as_under_tf1(K, tmp_
         tf1_mlp(weights)
         mean_loss, update = tf.compat.v1.metrics.mean(tf.compat.v1.get_default_graph().get_tensor_by_name("loss:0"))
         tf.compat.v1.summary.scalar("eval/loss", mean_loss)
-        with tf.compat.v1.train.MonitoredSession(
-            hooks=[real_hooks.SummaryAtEndHook(log_dir=str(tmp_path / "tf1"))]
-        ) as session:
+        with tf.compat.v1.train.MonitoredSession(hooks=[SummaryAtEndHook(log_dir=str(tmp_path / "tf1"))]) as session:
             for i in range(len(X) // BATCH):
                 batch = slice(i * BATCH, (i + 1) * BATCH)
                 session.run(update, {"x:0": X[batch], "y:0": Y[batch]})

@@ -79,19 +79,20 @@ def test_a_hook_over_the_inputs_labels_and_logits_sees_what_it_saw_under_monitor
 
 
 def exported(directory):
-    """What `real_hooks.ExportHook` appended: one dict of arrays per batch."""
+    """What `modelled_hooks.BatchExportHook` appended: one dict of arrays per batch."""
     (path,) = (directory / "eval_results").glob("*.npy")
     with open(path, "rb") as file:
         return [np.load(file, allow_pickle=True).item() for _ in range(2)]
 
 
-def test_bert_export_hook_writes_each_eval_batch_as_under_monitored_session(K, tmp_path):
-    """donatasrep/bert's ExportHook, given a model_fn's labels and logits, appends each eval batch's
-    values to a file: the same arrays under a real MonitoredSession and under HookCallback."""
-    import real_hooks
+def test_an_export_hook_modelled_on_berts_writes_each_eval_batch_as_under_monitored_session(K, tmp_path):
+    """A hook modelled on donatasrep/bert's ExportHook (tests/modelled_hooks.py), given a model_fn's
+    labels and logits, appends each eval batch's values to a file: the same arrays under a real
+    MonitoredSession and under HookCallback."""
+    import modelled_hooks
 
     def export(graph, directory):
-        return real_hooks.ExportHook(
+        return modelled_hooks.BatchExportHook(
             {"labels": graph.get_tensor_by_name("y:0"), "logits": graph.get_tensor_by_name("logits:0")},
             str(directory),
         )
