@@ -15,7 +15,8 @@ step), and whether the report was ok. Target (issue 30): under a minute.
 
 With `--real-jobs`, it times instead the checks the tests make of real public
 Estimator jobs, run unchanged from PyPI packages (tests/test_public_jobs_*.py:
-google-research/bert's run_classifier and run_pretraining), and of the jobs
+google-research/bert's run_classifier and run_pretraining, tensorflow/models'
+official r1 ResNet on CIFAR-10), and of the jobs
 written for this project after public ones (tests/test_real_jobs.py), in train
 (8 steps, the job's schedule and warm start) and eval (4 batches), each against the
 time of the Keras twin's own `fit` or `evaluate` of the same batches with no hooks,
@@ -82,6 +83,7 @@ def real_jobs(repeats: int) -> None:
     sys.path[:0] = [os.path.join(root, "tests"), os.path.join(root, "tests", "estimator_era")]
     # The tests' jobs and twins, as the tests run them.
     import test_public_jobs_bert as bert  # noqa: PLC0415
+    import test_public_jobs_resnet as resnet  # noqa: PLC0415
     import test_real_jobs as shaped  # noqa: PLC0415
 
     def seeds():
@@ -98,6 +100,11 @@ def real_jobs(repeats: int) -> None:
             bert.check_pretraining,
             bert.pretraining_twin,
             lambda: bert.pretraining_data(shaped.BATCH * 4),
+        ),
+        "official r1 ResNet-8 (tf-models-official 2.1.0.dev2)": (
+            resnet.check_resnet,
+            resnet.resnet_twin,
+            lambda: resnet.cifar_data(resnet.BATCH * 4),
         ),
         "bert_like (tests/estimator_era/jobs)": (
             shaped.check_bert,
