@@ -93,7 +93,7 @@ class BatchValueError(ValueError):
     __module__ = "hooks2callbacks"  # as tracebacks show it: the public name
 
 
-def _is_tf_keras(model: Any) -> bool:
+def is_tf_keras(model: Any) -> bool:
     return type(model).__module__.startswith("tf_keras") or any(
         k.__module__.startswith("tf_keras.") for k in type(model).__mro__
     )
@@ -463,7 +463,7 @@ class _Wrapped:
         self.latest: Any = None  # the latest step's packed batch values
         self.steps = 0  # calls so far: a batch whose count did not move ran no step of ours
         self._flavour = flavour
-        self._jax = not _is_tf_keras(model) and keras.backend.backend() == "jax"
+        self._jax = not is_tf_keras(model) and keras.backend.backend() == "jax"
         self._step_name = "train_step" if mode == "train" else "test_step"
         self._function_name = "train_function" if mode == "train" else "test_function"
         self._patches = _Patches()
@@ -473,13 +473,13 @@ class _Wrapped:
         self._fold = flavour.converts_logs and mode == "train"
         self._model_ref = weakref.ref(model)
         self._tf_function_names: tuple[str, ...] = ()
-        if _is_tf_keras(model) and mode == "train":
+        if is_tf_keras(model) and mode == "train":
             self._tf_function_names = ("train_tf_function",)
         self._tf_functions: dict[str, Any] = {}
         self._own_tf_functions: dict[str, Any] = {}
         self.original = getattr(model, self._function_name)
         self.compiled = self._build(model)
-        self._direct = None if self._jax or _is_tf_keras(model) else _direct_step(self.compiled)
+        self._direct = None if self._jax or is_tf_keras(model) else _direct_step(self.compiled)
         self._warned_random = False
         # The batch's tensors it outputs (`_tensors`), and the latest step's.
         self.tensors = _tensors.Outputs()
@@ -699,8 +699,8 @@ class _Wrapped:
             current = getattr(model, self._function_name)
             self._patch_step(model)
             self._patch_metrics(model)
-            _tensors.record_predictions(model, self._patches.set, _is_tf_keras(model))
-            if self.mode == "eval" and _is_tf_keras(model):
+            _tensors.record_predictions(model, self._patches.set, is_tf_keras(model))
+            if self.mode == "eval" and is_tf_keras(model):
                 tf_keras_test_runner(current, self)
         # Every run's, not only the first: one that began while the model had
         # its own function back (set by other code) runs with the batch values too.
@@ -894,7 +894,7 @@ class BatchSource:
                     tensors = tensors | frozenset(wrapped.tensors.wanted)
                     wrapped = None
             if wrapped is None:
-                flavour: _Flavour = _TfKeras() if _is_tf_keras(model) else _Keras3()
+                flavour: _Flavour = _TfKeras() if is_tf_keras(model) else _Keras3()
                 wrapped = entries[mode] = _Wrapped(model, mode, flavour)
             if not wrapped.tensors.want(tensors):
                 raise ValueError(
@@ -975,7 +975,7 @@ def _layout(shapes: list[tuple[str, tuple[int, ...]]], start: int = 0) -> tuple[
 
 def _unpack_for(model: Any) -> Callable[[Any], Any]:
     """The flavour's `unpack_x_y_sample_weight`."""
-    if _is_tf_keras(model):
+    if is_tf_keras(model):
         import tf_keras  # only where the model is one
 
         return cast(Callable[[Any], Any], tf_keras.utils.unpack_x_y_sample_weight)

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks import _runs
-from hooks2callbacks._batch import BatchSource, LoopLogs, _is_tf_keras
+from hooks2callbacks._batch import BatchSource, LoopLogs, is_tf_keras
 from hooks2callbacks._checkpoint import install_saver
 from hooks2callbacks._fetch import Plan, check_feeds, compile_fetches, fetched
 from hooks2callbacks._graph import AdapterGraph, DefaultGraphScope, log_key_of
@@ -700,9 +700,9 @@ class HookRunner:
         model = self.model
         if self._loop_logs:
             return _OOM_OWN_LOOP
-        if not _is_tf_keras(model) and keras.backend.backend() != "tensorflow":
+        if not is_tf_keras(model) and keras.backend.backend() != "tensorflow":
             return _OOM_BACKEND % keras.backend.backend()
-        if self._step_function == "test_function" and _is_tf_keras(model):
+        if self._step_function == "test_function" and is_tf_keras(model):
             return _OOM_TF_KERAS_EVAL
         return ""
 
