@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tensorflow.python.training import training_util
 from tf_slim.ops.variables import get_variables_to_restore
 
 V1 = tf.compat.v1
@@ -127,48 +126,6 @@ class FedRateHook(V1.train.SessionRunHook):
     def after_run(self, run_context: Any, run_values: Any) -> None:
         step = run_values.results
         self.rate = next((rate for bound, rate in RATE_SCHEDULE if step < bound), LAST_RATE)
-
-
-def checkpointed_step(directory: str) -> int:
-    """The global step saved in the newest checkpoint of `directory`, or 0 where there is none
-    (no checkpoint, or one without a `global_step`), as Estimator read it."""
-    path = tf.train.latest_checkpoint(directory)
-    if path is None or "global_step" not in dict(tf.train.list_variables(path)):
-        return 0
-    return int(tf.train.load_variable(path, "global_step"))
-
-
-class StopAtCheckpointedStepHook(V1.train.SessionRunHook):
-    """Stops once the newest checkpoint in `model_dir` holds `last_step` or later.
-
-    Modelled on tensorflow_estimator's `_StopAtCheckpointStepHook` (a worker that may only stop
-    when the chief's checkpoint of the last step is on disk): each step it fetches the stale global
-    step; from the step whose global step reaches `last_step` on, it reads the step back from the
-    newest checkpoint by name, and requests a stop if that is far enough, else waits `wait_secs`.
-    """
-
-    def __init__(self, model_dir: str, last_step: int, wait_secs: float = 30) -> None:
-        if model_dir is None or last_step is None:
-            raise ValueError("StopAtCheckpointedStepHook needs a model_dir and a last_step.")
-        self.model_dir = model_dir
-        self.last_step = last_step
-        self.wait_secs = wait_secs
-
-    def begin(self) -> None:
-        self.step_read = training_util._get_or_create_global_step_read()  # pylint: disable=protected-access
-        if self.step_read is None:
-            raise RuntimeError("StopAtCheckpointedStepHook needs a global step.")
-
-    def before_run(self, run_context: Any) -> Any:
-        return V1.train.SessionRunArgs(self.step_read)
-
-    def after_run(self, run_context: Any, run_values: Any) -> None:
-        if run_values.results + 1 < self.last_step:  # the step just run is results + 1
-            return
-        if checkpointed_step(self.model_dir) >= self.last_step:
-            run_context.request_stop()
-        else:
-            time.sleep(self.wait_secs)
 
 
 class ScopedRestoreHook(V1.train.SessionRunHook):
@@ -453,71 +410,6 @@ class SignalStopHook(V1.train.SessionRunHook):
                 run_context.request_stop()
         elif self.signal_received:
             run_context.request_stop()
-
-
-class EarlyStoppingAcrossReplicasHook(V1.train.SessionRunHook):
-    """Stops training on every replica when `should_stop_fn()` says so, asked every `run_every_steps`.
-
-    Modelled on tensorflow_estimator's `_MultiWorkerEarlyStoppingHook`, which Estimator used for early
-    stopping under a `train_distribute` strategy: `begin()` must run in a cross-replica context (it
-    fails, with an `AssertionError` as Estimator's did, without a strategy); it makes a non-trainable
-    int32 variable `signal_early_stopping/STOP`, synchronized on write and summed across replicas,
-    and, through `strategy.run`, an `assign_add` on it of a per-replica `placeholder_with_default(0)`.
-    Each step it fetches the global step and that variable: above 0, it asks to stop; otherwise,
-    when its timer triggers for the global step, it runs the `assign_add` with 1 fed to the first
-    replica's placeholder if `should_stop_fn()` is true (else 0), so the next step stops.
-    """
-
-    def __init__(self, should_stop_fn: Any, run_every_steps: int | None = None) -> None:
-        if not callable(should_stop_fn):
-            raise TypeError("EarlyStoppingAcrossReplicasHook: should_stop_fn must be callable.")
-        self.should_stop_fn = should_stop_fn
-        self.timer = V1.train.SecondOrStepTimer(every_secs=None, every_steps=run_every_steps)
-
-    def begin(self) -> None:
-        if not tf.distribute.in_cross_replica_context():
-            raise AssertionError(
-                "EarlyStoppingAcrossReplicasHook.begin() runs in a cross-replica context only: under a "
-                "tf.distribute strategy, as Estimator used its early-stopping hook."
-            )
-        self.global_step = V1.train.get_global_step()
-        with V1.variable_scope("signal_early_stopping", values=[], reuse=V1.AUTO_REUSE):
-            self.stop_votes = V1.get_variable(
-                "STOP",
-                shape=[],
-                dtype=tf.int32,
-                initializer=V1.constant_initializer(0),
-                collections=[V1.GraphKeys.GLOBAL_VARIABLES],
-                synchronization=tf.VariableSynchronization.ON_WRITE,
-                aggregation=tf.VariableAggregation.SUM,
-                trainable=False,
-            )
-        placeholders = []
-
-        def add_vote(variable: Any) -> Any:
-            placeholder = V1.placeholder_with_default(0, (), name="stop_value")
-            placeholders.append(placeholder)
-            return variable.assign_add(placeholder)
-
-        self.add_vote = tf.distribute.get_strategy().run(add_vote, args=(self.stop_votes,))
-        self.vote = placeholders[0]  # the first replica's: one replica's 1 makes the sum 1
-
-    def before_run(self, run_context: Any) -> Any:
-        return V1.train.SessionRunArgs({"global_step": self.global_step, "stop_votes": self.stop_votes})
-
-    def after_run(self, run_context: Any, run_values: Any) -> None:
-        step, votes = run_values.results["global_step"], run_values.results["stop_votes"]
-        if votes > 0:
-            V1.logging.info("Early stopping requested, suspending run.")
-            run_context.request_stop()
-            return
-        if not self.timer.should_trigger_for_step(step):
-            return
-        self.timer.update_last_triggered_step(step)
-        stop = bool(self.should_stop_fn())
-        run_context.session.run(self.add_vote, feed_dict={self.vote: int(stop)})
-        if stop:
-            V1.logging.info("Requesting early stopping at global step %d", step)
 
 
 def plateaued(steps: list[int], values: list[float], num_steps: int, delta: float, decrease: bool) -> bool:

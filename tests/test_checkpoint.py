@@ -13,8 +13,8 @@ import subprocess
 import sys
 import warnings
 
+import installed
 import keras
-import modelled_hooks
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -237,10 +237,11 @@ def test_an_eval_hook_restores_a_checkpoint_with_a_tf1_saver_of_all_global_varia
     np.testing.assert_allclose(results, trained.evaluate(X, Y, batch_size=BATCH, verbose=0), rtol=1e-6)
 
 
-def test_a_stop_hook_modelled_on_estimators_reads_the_checkpointed_step_back_and_stops_as_under_tf1(tmp_path):
-    """A hook modelled on tensorflow_estimator's `_StopAtCheckpointStepHook` (tests/modelled_hooks.py)
-    reads "global_step" from the newest checkpoint by name: it stops where it stops under a real
-    MonitoredSession."""
+def test_estimators_stop_at_checkpoint_step_hook_reads_the_checkpointed_step_back_and_stops_as_under_tf1(tmp_path):
+    """tensorflow/estimator's own `_StopAtCheckpointStepHook` (run unchanged from the installed
+    tensorflow-estimator 2.15.0, tests/installed.py) reads "global_step" from the
+    newest checkpoint by name: it stops where it stops under a real MonitoredSession."""
+    estimator = installed.estimator_hooks()
     stops = {}
     for side in ("tf1", "keras"):
         directory = str(tmp_path / side)
@@ -250,7 +251,7 @@ def test_a_stop_hook_modelled_on_estimators_reads_the_checkpointed_step_back_and
             return [
                 BeforeStep(lambda: ran.append(None)),
                 T.CheckpointSaverHook(directory, save_steps=4),
-                modelled_hooks.StopAtCheckpointedStepHook(directory, last_step=8, wait_secs=0),
+                estimator.StopAtCheckpointStepHook(directory, last_step=8, wait_after_file_check_secs=0),
             ]
 
         if side == "tf1":

@@ -128,7 +128,7 @@ def test_mirrored_strategy_writes_reach_every_replica_and_hooks_begin_in_cross_r
     # Rate 0 assigned at session creation, bias [1, 2, 3] in the first step: every replica has them at the end.
     assert run["begin_in_cross_replica_context"] is True
     assert run["replica_biases"] == [[1.0, 2.0, 3.0]] * 2 and run["replica_rates"] == [0.0, 0.0]
-    # A hook modelled on tensorflow/estimator's _MultiWorkerEarlyStoppingHook (its begin() asserts a cross-replica
+    # tensorflow/estimator's own _MultiWorkerEarlyStoppingHook (its begin() asserts a cross-replica
     # context, and its stop op is a per-replica assign_add fed through a placeholder) checks at
     # steps 0 and 3, asks to stop at 3, and the stop variable ends training after step 4.
     assert run["early_stop_checks"] == [1, 2] and run["early_stop_iterations"] == 5

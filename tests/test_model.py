@@ -11,6 +11,7 @@ import re
 import signal
 import warnings
 
+import installed
 import keras
 import modelled_hooks
 import numpy as np
@@ -612,9 +613,10 @@ def test_a_hook_reading_the_variables_of_a_tf_keras_model_not_yet_built_is_told_
 
 
 def test_a_hook_that_needs_a_cross_replica_context_fails_as_under_an_undistributed_estimator(K):
-    # A hook modelled on tensorflow/estimator's early-stopping hook (tests/modelled_hooks.py), which
-    # Estimator used only under a train_distribute strategy; without one, in_cross_replica_context()
-    # is False in TF1 too (see test_distribute.py for the run under MirroredStrategy).
-    hook = modelled_hooks.EarlyStoppingAcrossReplicasHook(lambda: False, run_every_steps=2)
+    # tensorflow/estimator's own early-stopping hook (run unchanged from the installed
+    # tensorflow-estimator 2.15.0, tests/installed.py), which Estimator used only under
+    # a train_distribute strategy; without one, in_cross_replica_context() is False in TF1 too (see
+    # test_distribute.py for the run under MirroredStrategy).
+    hook = installed.estimator_hooks().MultiWorkerEarlyStoppingHook(lambda: False, run_every_steps=2)
     with pytest.raises(AssertionError):
         fit(make_model(K), hook, steps=2)
