@@ -43,5 +43,8 @@ def test_contract_suites_pass_on_backend(backend, package):
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CONTRACT_SUITES]
     done = subprocess.run(command, cwd=TESTS, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-    assert done.returncode == 0, f"KERAS_BACKEND={backend}: {summary}\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
+    failed = "\n".join(line for line in done.stdout.splitlines() if line.startswith(("FAILED", "ERROR")))
+    assert done.returncode == 0, (
+        f"KERAS_BACKEND={backend}: {summary}\n{failed}\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
+    )
     assert " passed" in summary and not re.search(r"\d+ (failed|errors?)\b", summary), summary
