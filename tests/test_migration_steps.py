@@ -112,14 +112,19 @@ def test_float_order_in_the_free_running_comparison_is_drift_not_the_verdict():
     assert not strict.ok and not strict.drift  # without the per-step comparison nothing is drift
 
 
-def docs_tf1_batch_normalization():
-    """The layer docs/check-migration.md shows under "Batch norm as TF1 had it", run as the page gives it."""
+def docs_code(section, name):
+    """`name`, defined by the first Python block under `## <section>` in docs/check-migration.md, run as
+    the page gives it."""
     page = (pathlib.Path(__file__).parent.parent / "docs" / "check-migration.md").read_text()
-    section = page.split("## Batch norm as TF1 had it", 1)[1]
-    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    code = page.split(f"## {section}", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     namespace: dict = {}
     exec(compile(code, "docs/check-migration.md", "exec"), namespace)  # noqa: S102
-    return namespace["TF1BatchNormalization"]
+    return namespace[name]
+
+
+def docs_tf1_batch_normalization():
+    """The layer docs/check-migration.md shows under "Batch norm as TF1 had it"."""
+    return docs_code("Batch norm as TF1 had it", "TF1BatchNormalization")
 
 
 def test_the_docs_tf1_batch_norm_layer_passes_the_per_step_comparison():

@@ -28,14 +28,12 @@ norm as TF1 had it") and TF1's momentum update ("Momentum as TF1 had it").
 
 from __future__ import annotations
 
-import pathlib
-
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 from absl import flags
-from test_migration_steps import docs_tf1_batch_normalization
+from test_migration_steps import docs_code, docs_tf1_batch_normalization
 
 import hooks2callbacks
 from hooks2callbacks import check_migration, estimator_hooks, log_tensor
@@ -292,17 +290,8 @@ class ResNet8V1(keras.Model):
         return cross_entropy + WEIGHT_DECAY * l2
 
 
-def docs_tf1_momentum():
-    """The optimizer docs/check-migration.md shows under "Momentum as TF1 had it", run as the page gives it."""
-    page = (pathlib.Path(__file__).parent.parent / "docs" / "check-migration.md").read_text()
-    section = page.split("## Momentum as TF1 had it", 1)[1]
-    code = section.split("```python\n", 1)[1].split("```", 1)[0]
-    namespace: dict = {}
-    exec(compile(code, "docs/check-migration.md", "exec"), namespace)  # noqa: S102
-    return namespace["TF1Momentum"]
-
-
-TF1Momentum = docs_tf1_momentum()
+# The optimizer docs/check-migration.md shows under "Momentum as TF1 had it", run as the page gives it.
+TF1Momentum = docs_code("Momentum as TF1 had it", "TF1Momentum")
 
 
 def piecewise_rate():
