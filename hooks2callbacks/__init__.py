@@ -6,7 +6,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hooks2callbacks._batch import BatchValueError
+    from hooks2callbacks._batch_logs import BatchValueError
     from hooks2callbacks._checkpoint import TF1Restore, restore_checkpoint, restore_tf1_checkpoint
     from hooks2callbacks._estimator import estimator_hooks, install_estimator_aliases
     from hooks2callbacks._fetch import UnknownLogKeyError
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 # Each public name is imported on first use (PEP 562), so that importing the package does not import
 # TensorFlow yet: `python -m hooks2callbacks` quiets TensorFlow's start-up lines before it loads.
 _MODULES = {
-    "BatchValueError": "hooks2callbacks._batch",
+    "BatchValueError": "hooks2callbacks._batch_logs",
     "HookCallback": "hooks2callbacks.callback",
     "MigrationReport": "hooks2callbacks.migration",
     "TF1Restore": "hooks2callbacks._checkpoint",

@@ -40,7 +40,7 @@ that defines its `update_state` is Keras's own: Keras's metrics only ever add a
 batch's contribution to their state, so the state from the reset state is that
 batch alone. On Keras 3, a metric with its own `update_state` gets its batch state
 from that update run again, apart, from its reset state (the stateless metric
-API), where that is exact and changes nothing else (`_why_no_rerun`); on tf_keras,
+API), where that is exact and changes nothing else (`_flavours._why_no_rerun`); on tf_keras,
 which has no stateless API, it has no batch value. Fetching a key with no batch
 value is an error rather than a silent mean. A key that is no metric's result (a
 value a custom `train_step` returns) passes through.
@@ -57,384 +57,22 @@ import math
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks import _tensors
-from hooks2callbacks._seams import (
-    compiled_loss_keys,
-    jax_nested_tracer,
-    keras3_compile_metrics_leaves,
-    keras3_metric_containers,
-    keras3_multi_step,
-    tf_keras_loss_metric,
-    tf_keras_metric_containers,
-    tf_keras_test_runner,
-)
+from hooks2callbacks._batch_logs import BatchLogs, LoopLogs, Slot, to_numpy, unpack
+from hooks2callbacks._flavours import ABSENT, Flavour, Keras3, Patches, TfKeras, derivable, is_tf_keras, recording
+from hooks2callbacks._seams import compiled_loss_keys, keras3_multi_step, tf_keras_test_runner
 
 # The log key that carries the batch values out of the step; no Keras metric is named so.
 # It sorts after every log key Keras makes: tf_keras orders its step counter's update after
 # the step's *first* output (`_minimum_control_deps`, in tf.nest's sorted order), which must
 # stay one of Keras's own.
 BATCH_KEY = "~hooks2callbacks_batch_values"
-# Where one key's batch value sits in the packed output: (key, start, stop, shape),
-# shape None for a scalar.
-Slot = tuple[str, int, int, "tuple[int, ...] | None"]
-_KERAS_MODULES = ("keras.", "tf_keras.")
-
-
-class BatchValueError(ValueError):
-    """A hook fetched a log key whose per-batch value cannot be derived."""
-
-    __module__ = "hooks2callbacks"  # as tracebacks show it: the public name
-
-
-def is_tf_keras(model: Any) -> bool:
-    return type(model).__module__.startswith("tf_keras") or any(
-        k.__module__.startswith("tf_keras.") for k in type(model).__mro__
-    )
-
-
-def derivable(metric: Any) -> bool:
-    """Whether `metric`'s state from its reset state, updated with one batch, is that batch's.
-
-    True when the class that defines its `update_state` is Keras's own: every
-    Keras metric adds each batch's contribution to its state.
-    """
-    for klass in type(metric).__mro__:
-        if "update_state" in vars(klass):
-            return klass.__module__.startswith(_KERAS_MODULES)
-    return False
-
-
-class _Recording(threading.local):
-    """What the step being run (or traced) in this thread has recorded.
-
-    Thread-local: under `tf.distribute`, each replica traces the step in a thread of its own.
-    """
-
-    def __init__(self) -> None:
-        self.active = False
-        self.inside = False  # in our own batch computation: metric calls pass through
-        # metric -> its batch state, or (tf_keras) why it has none
-        self.states: dict[Any, Any] = {}
-        self.results: dict[int, Any] = {}  # id(tensor a metric's result() returned) -> metric
-        # While a Keras 3 metric updates: id(variable) -> the values its assign_add got,
-        # and a list of any other writes to those variables (see `_watch`).
-        self.taps: dict[int, list[Any]] | None = None
-        self.other_writes: list[Any] = []
-        self.adding = 0  # inside a watched assign_add, whose own assign is that add
-        # The metrics whose update is being recorded: the train and the eval step of one
-        # fit (validation) both patch the same metrics and variables, and an update or an
-        # add is recorded once, by the outermost patch.
-        self.updating: set[int] = set()
-
-
-_recording = _Recording()
-
-
-class _Patches:
-    """Instance-level method overrides, undone together."""
-
-    def __init__(self) -> None:
-        self._undo: list[tuple[Any, str, Any]] = []
-        self._patched: set[tuple[int, str]] = set()
-
-    def set(self, obj: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-        if (id(obj), name) in self._patched:
-            return
-        previous = obj.__dict__.get(name, _ABSENT)
-        original = getattr(obj, name)
-        object.__setattr__(obj, name, make(original))
-        self._undo.append((obj, name, previous))
-        self._patched.add((id(obj), name))
-
-    def undo(self) -> None:
-        for obj, name, previous in reversed(self._undo):
-            if previous is _ABSENT:
-                object.__delattr__(obj, name)
-            else:
-                object.__setattr__(obj, name, previous)
-        self._undo.clear()
-        self._patched.clear()
-
-
-_ABSENT = object()
-
-
-def _watch(variable: Any, patches: _Patches) -> None:
-    """Makes `variable`'s writes recorded while its metric updates in this thread (at trace time)."""
-
-    def make_assign_add(original: Callable[..., Any]) -> Callable[..., Any]:
-        def assign_add(value: Any, *args: Any, **kwargs: Any) -> Any:
-            added = None if _recording.taps is None else _recording.taps.get(id(variable))
-            if added is None or _recording.adding:
-                return original(value, *args, **kwargs)
-            added.append(value)
-            _recording.adding += 1
-            try:
-                return original(value, *args, **kwargs)
-            finally:
-                _recording.adding -= 1
-
-        return assign_add
-
-    def make_other(original: Callable[..., Any]) -> Callable[..., Any]:
-        def write(value: Any, *args: Any, **kwargs: Any) -> Any:
-            if _recording.taps is not None and id(variable) in _recording.taps and not _recording.adding:
-                _recording.other_writes.append(value)
-            return original(value, *args, **kwargs)
-
-        return write
-
-    patches.set(variable, "assign_add", make_assign_add)
-    patches.set(variable, "assign", make_other)
-    patches.set(variable, "assign_sub", make_other)
-
-
-class _Flavour:
-    """How one Keras flavour's metrics are recorded; see `_Keras3` and `_TfKeras`."""
-
-    def leaves(self, model: Any) -> list[Any]:
-        raise NotImplementedError
-
-    def containers(self, model: Any) -> list[Any]:
-        raise NotImplementedError
-
-    # Whether Keras passes every callback its logs as Python numbers (`pythonify_logs`),
-    # so that the step may hand them over already converted (see `_Wrapped`).
-    converts_logs = False
-
-    def watch(self, metric: Any, patches: _Patches) -> None:
-        """Prepares `metric` for `record_update`, for a run (undone with `patches`)."""
-        for variable in metric.variables:
-            _watch(variable, patches)
-
-    def record_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        """Runs `metric`'s own update, recording its batch state in `_recording.states`.
-
-        Keras's own metrics reset to zeros and add each batch's contribution with
-        one `assign_add` per variable, so the value added *is* the state of that
-        batch alone, to the bit (0 + x = x): the metric's own update is watched,
-        and nothing is computed twice, nor written, nor ordered differently. The
-        training computation is the graph Keras builds: no op of it gains an input
-        or a control output, which graph rewrites (oneDNN's fusions) would see.
-        """
-        if not derivable(metric):
-            return self.record_own_update(metric, original, args, kwargs)
-        variables = list(metric.variables)
-        taps: dict[int, list[Any]] = {id(v): [] for v in variables}
-        saved = _recording.taps, _recording.other_writes
-        _recording.taps, _recording.other_writes = taps, []
-        try:
-            result = original(*args, **kwargs)
-            other_writes = _recording.other_writes
-        finally:
-            _recording.taps, _recording.other_writes = saved
-        added = [taps[id(v)] for v in variables]
-        made_now = len(metric.variables) != len(variables)
-        if not other_writes and not made_now and all(len(a) == 1 for a in added):
-            batch: Any = [self.as_state(v, a[0]) for v, a in zip(variables, added, strict=True)]
-        else:  # another kind of update (or variables it made just now)
-            batch = self.apart(metric, args, kwargs, made_now)
-        previous = _recording.states.get(metric)
-        if isinstance(previous, str):
-            return result
-        if not isinstance(batch, str) and jax_nested_tracer(batch):
-            batch = _IN_JAX_GRADIENT
-        if isinstance(batch, str) or previous is None:
-            _recording.states[metric] = batch
-        else:  # a second update in the step: both batches' contributions
-            _recording.states[metric] = [p + b for p, b in zip(previous, batch, strict=True)]
-        return result
-
-    def record_own_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        """`record_update` for a metric whose class defines its own `update_state`."""
-        raise NotImplementedError
-
-    def as_state(self, variable: Any, added: Any) -> Any:
-        """What `variable.assign_add(added)` adds to zeros: `added` in the variable's dtype and shape."""
-        raise NotImplementedError
-
-    def apart(self, metric: Any, args: Any, kwargs: Any, made_now: bool) -> Any:
-        """The batch state of a Keras metric that did not add once per variable, or why it has none."""
-        raise NotImplementedError
-
-    def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
-        """The batch values of `metrics` from their batch `states` (a str: why one has none)."""
-        raise NotImplementedError
-
-    def pack(self, values: list[Any]) -> Any:
-        """`values`, flattened into one vector."""
-        raise NotImplementedError
-
-
-class _Keras3(_Flavour):
-    """Keras 3, any backend: the batch state is what the metric's update added."""
-
-    converts_logs = True
-
-    def leaves(self, model: Any) -> list[Any]:
-        return keras3_compile_metrics_leaves(model)
-
-    def containers(self, model: Any) -> list[Any]:
-        return keras3_metric_containers(model)
-
-    def record_own_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        # Its own update_state need not add: its batch state is that update run
-        # again, apart, from its reset state, where that is exact (`_why_no_rerun`).
-        result = original(*args, **kwargs)
-        why = "this step updated twice" if metric in _recording.states else _why_no_rerun(metric, args, kwargs)
-        batch = self._from_reset(metric, args, kwargs) if why is None else why
-        nested = not isinstance(batch, str) and jax_nested_tracer(batch)
-        _recording.states[metric] = _IN_JAX_GRADIENT if nested else batch
-        return result
-
-    def as_state(self, variable: Any, added: Any) -> Any:
-        value = keras.ops.convert_to_tensor(added, dtype=variable.dtype)
-        if tuple(value.shape) != tuple(variable.shape):
-            value = keras.ops.broadcast_to(value, variable.shape)
-        return value
-
-    def apart(self, metric: Any, args: Any, kwargs: Any, made_now: bool) -> Any:
-        return self._from_reset(metric, args, kwargs)
-
-    @staticmethod
-    def _from_reset(metric: Any, args: Any, kwargs: Any) -> list[Any]:
-        """The metric's state after its reset state is updated with `args` alone."""
-        _recording.inside = True
-        try:
-            batch = metric.stateless_update_state(metric.stateless_reset_state(), *args, **kwargs)
-            # Keras before 3.13 loses the static shape of confusion-matrix states
-            # (`variable + tp` under an unknown batch size), which `stateless_result` refuses.
-            batch = [keras.ops.reshape(b, v.shape) for b, v in zip(batch, metric.variables, strict=True)]
-        finally:
-            _recording.inside = False
-        return batch
-
-    def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
-        states = _sum_across_replicas(states)
-        _recording.inside = True
-        try:
-            return [_result_of(metric, state) for metric, state in zip(metrics, states, strict=True)]
-        finally:
-            _recording.inside = False
-
-    def pack(self, values: list[Any]) -> Any:
-        ops = keras.ops
-        dtype = "float64" if any(keras.backend.standardize_dtype(v.dtype) == "float64" for v in values) else "float32"
-        values = [ops.cast(v, dtype) for v in values]
-        if all(len(v.shape) == 0 for v in values):  # one op, where reshapes and a concat are three
-            return ops.stack(values)
-        return ops.concatenate([ops.reshape(v, (-1,)) for v in values])
-
-
-def _result_of(metric: Any, state: list[Any]) -> Any:
-    """`metric.result()` on `state`, read inside the scope that maps its variables to `state`.
-
-    `stateless_result` reads the result outside its scope: a `result()` that returns a
-    state variable itself (`return self.total`) would give the variable's own value.
-    """
-    with keras.StatelessScope(state_mapping=list(zip(metric.variables, state, strict=True))):
-        return keras.tree.map_structure(lambda v: v.value if isinstance(v, keras.Variable) else v, metric.result())
-
-
-class _TfKeras(_Flavour):
-    """tf_keras: no stateless API, so a metric's result on its batch state is read with the
-    state in place of its variables, as the attributes that hold them, for that one call.
-
-    The batch state is what the metric's update added (see `_Flavour.record_update`);
-    nothing writes the metric's variables but its own update.
-    """
-
-    def leaves(self, model: Any) -> list[Any]:
-        found = list(model.metrics)
-        loss_metric = tf_keras_loss_metric(model)
-        if loss_metric is not None and not any(m is loss_metric for m in found):
-            found.append(loss_metric)
-        return found
-
-    def containers(self, model: Any) -> list[Any]:
-        return tf_keras_metric_containers(model)
-
-    def record_own_update(self, metric: Any, original: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        # Its own update_state need not add, and tf_keras cannot run it apart from its state.
-        _recording.states[metric] = None
-        return original(*args, **kwargs)
-
-    def as_state(self, variable: Any, added: Any) -> Any:
-        value = tf.convert_to_tensor(added, dtype=variable.dtype)  # as `assign_add` converts it
-        if value.shape != variable.shape:
-            value = tf.broadcast_to(value, variable.shape)
-        return value
-
-    def apart(self, metric: Any, args: Any, kwargs: Any, made_now: bool) -> Any:
-        if made_now:  # F1Score
-            return "makes its state in its first update, in the step"
-        return (
-            "updates its state otherwise than by adding the batch's contribution to each "
-            "variable once, and tf_keras cannot run that update apart from the metric's state"
-        )
-
-    def batch_values(self, metrics: list[Any], states: list[Any]) -> list[Any]:
-        # The class's own `result`, not the instance's, which tf_keras wraps in a cross-replica merge.
-        return [
-            _with_state(metric, state, type(metric).result)
-            for metric, state in zip(metrics, _sum_across_replicas(states), strict=True)
-        ]
-
-    def pack(self, values: list[Any]) -> Any:
-        dtype = tf.float64 if any(v.dtype == tf.float64 for v in values) else tf.float32
-        packed = tf.concat([tf.reshape(tf.cast(v, dtype), [-1]) for v in values], 0)
-        context = tf.distribute.get_replica_context()
-        if context is not None and context.num_replicas_in_sync > 1:
-            # Every replica holds the same values. tf_keras sums what replicas return
-            # (reduction "auto"), except a value that is one tensor for all replicas,
-            # as its own merged metric results are: make ours so.
-            packed = context.merge_call(
-                lambda strategy, per_replica: strategy.experimental_local_results(per_replica)[0], args=(packed,)
-            )
-        return packed
-
-
-def _with_state(metric: Any, state: list[Any], result: Callable[[Any], Any]) -> Any:
-    """`result(metric)` with `state` in place of the metric's variables; a str: why it cannot be read so.
-
-    The attributes of `metric` that hold its variables hold the state tensors
-    for the call: nothing is written, and the step's graph gains no op on the
-    metric's variables.
-    """
-    variables = list(metric.variables)
-    held = {name: value for name, value in vars(metric).items() if any(value is v for v in variables)}
-    if sorted(id(v) for v in held.values()) != sorted(id(v) for v in variables):
-        return "holds its state variables other than as its attributes, so its result cannot be read on a batch state"
-    swap = {name: state[next(i for i, v in enumerate(variables) if v is value)] for name, value in held.items()}
-    for name, value in swap.items():
-        object.__setattr__(metric, name, value)
-    try:
-        return tf.identity(result(metric))
-    except (AttributeError, TypeError) as error:
-        # A `result()` that calls a variable's own methods (`read_value()`): the key
-        # has no batch value, and a hook that fetches it gets this reason.
-        return f"computes its result with its variables' own methods, not their values ({error})"
-    finally:
-        for name, value in held.items():
-            object.__setattr__(metric, name, value)
-
-
-def _sum_across_replicas(states: list[Any]) -> list[Any]:
-    """The global batch's state: each replica's batch state, summed (TF models only)."""
-    if not states or not isinstance(tf.nest.flatten(states)[0], tf.Tensor):
-        return states  # JAX or PyTorch: no tf.distribute
-
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return states
-    return context.all_reduce(tf.distribute.ReduceOp.SUM, states)
 
 
 class _StepInfo:
@@ -456,7 +94,7 @@ class _StepInfo:
 class _Wrapped:
     """The model's compiled step around the wrapped `train_step`/`test_step`, for one mode."""
 
-    def __init__(self, model: Any, mode: str, flavour: _Flavour) -> None:
+    def __init__(self, model: Any, mode: str, flavour: Flavour) -> None:
         self.mode = mode
         self.info = _StepInfo()
         self.users = 0
@@ -466,7 +104,7 @@ class _Wrapped:
         self._jax = not is_tf_keras(model) and keras.backend.backend() == "jax"
         self._step_name = "train_step" if mode == "train" else "test_step"
         self._function_name = "train_function" if mode == "train" else "test_function"
-        self._patches = _Patches()
+        self._patches = Patches()
         # Keras's own logs are handed over as the Python floats Keras would make of
         # them: in training only, where the logs reach nothing but callbacks
         # (evaluate() may return the last step's logs to its caller as they are).
@@ -493,7 +131,7 @@ class _Wrapped:
     def _build(self, model: Any) -> Any:
         """Builds the compiled function with the model's own make_*_function."""
         names = [self._function_name, *self._tf_function_names]
-        saved = {name: model.__dict__.get(name, _ABSENT) for name in names}
+        saved = {name: model.__dict__.get(name, ABSENT) for name in names}
         self._patch_step(model)
         try:
             make = model.make_train_function if self.mode == "train" else model.make_test_function
@@ -503,7 +141,7 @@ class _Wrapped:
             return getattr(model, self._function_name)
         finally:
             for name, value in saved.items():
-                if value is _ABSENT:
+                if value is ABSENT:
                     model.__dict__.pop(name, None)
                 else:
                     object.__setattr__(model, name, value)
@@ -524,23 +162,23 @@ class _Wrapped:
         def patch_leaf(metric: Any) -> None:
             def make_update(original: Callable[..., Any]) -> Callable[..., Any]:
                 def update_state(*args: Any, **kwargs: Any) -> Any:
-                    if not _recording.active or _recording.inside or id(metric) in _recording.updating:
+                    if not recording.active or recording.inside or id(metric) in recording.updating:
                         return original(*args, **kwargs)
-                    _recording.updating.add(id(metric))
+                    recording.updating.add(id(metric))
                     # Variables its first update made (in an earlier trace) are watched from now on.
                     flavour.watch(metric, patches)
                     try:
                         return flavour.record_update(metric, original, args, kwargs)
                     finally:
-                        _recording.updating.discard(id(metric))
+                        recording.updating.discard(id(metric))
 
                 return update_state
 
             def make_result(original: Callable[..., Any]) -> Callable[..., Any]:
                 def result(*args: Any, **kwargs: Any) -> Any:
                     value = original(*args, **kwargs)
-                    if _recording.active and not _recording.inside:
-                        _recording.results[id(value)] = metric
+                    if recording.active and not recording.inside:
+                        recording.results[id(value)] = metric
                     return value
 
                 return result
@@ -569,23 +207,23 @@ class _Wrapped:
     # -- running --------------------------------------------------------------
 
     def _run_step(self, step: Callable[..., Any], info: _StepInfo, args: Any) -> Any:
-        if _recording.active:  # a step inside a step: not ours to record
+        if recording.active:  # a step inside a step: not ours to record
             return step(*args)
         info.runs += 1
-        _recording.active = True
-        _recording.states, _recording.results = {}, {}
+        recording.active = True
+        recording.states, recording.results = {}, {}
         self.tensors.start()
         try:
             out = step(*args)
         finally:
-            _recording.active = False
+            recording.active = False
         model = self._model_ref()
         # The step's data is its last argument (JAX's steps take their state first).
         tensors = self.tensors.finish(model, args[-1], self._unpack) if args else {}
         if not tf.executing_eagerly():
             self._warn_stateful_random(tf.compat.v1.get_default_graph())
-        states, results = _recording.states, _recording.results
-        _recording.states, _recording.results = {}, {}
+        states, results = recording.states, recording.results
+        recording.states, recording.results = {}, {}
         logs = out[0] if self._jax else out
         if not isinstance(logs, dict):
             info.layout, info.underivable, info.order = (), {}, ()
@@ -685,9 +323,9 @@ class _Wrapped:
         if not info.order:
             self.latest = packed  # brought to numpy if a hook reads a value
             return out
-        flat = _to_numpy(packed)
+        flat = to_numpy(packed)
         numbers = flat.tolist()  # float32 to Python float is exact: what Keras's conversion gives
-        self.latest = _unpack(flat, numbers, info.layout)
+        self.latest = unpack(flat, numbers, info.layout)
         logs = {key: logs[key] if index < 0 else numbers[index] for key, index in info.order}
         return (logs, *out[1:]) if self._jax else logs
 
@@ -705,7 +343,7 @@ class _Wrapped:
         # Every run's, not only the first: one that began while the model had
         # its own function back (set by other code) runs with the batch values too.
         if self.users == 0:
-            self._own_tf_functions = {name: model.__dict__.get(name, _ABSENT) for name in self._tf_functions}
+            self._own_tf_functions = {name: model.__dict__.get(name, ABSENT) for name in self._tf_functions}
         object.__setattr__(model, self._function_name, self)
         for name, function in self._tf_functions.items():
             object.__setattr__(model, name, function)
@@ -723,7 +361,7 @@ class _Wrapped:
                 object.__setattr__(model, self._function_name, self.original)
             for name, own in self._own_tf_functions.items():
                 if model.__dict__.get(name) is self._tf_functions[name]:
-                    if own is _ABSENT:
+                    if own is ABSENT:
                         model.__dict__.pop(name, None)
                     else:
                         object.__setattr__(model, name, own)
@@ -797,58 +435,6 @@ def _why_underivable(metric: Any, states: Mapping[Any, Any], value: Any) -> str 
     return None
 
 
-_IN_JAX_GRADIENT = (
-    "updates it inside a transformation of the step (JAX's gradient, as Keras's "
-    "per-output loss trackers), whose values cannot be taken out of it"
-)
-
-
-def _why_no_rerun(metric: Any, args: Any, kwargs: Any) -> str | None:
-    """Why a Keras 3 metric's own `update_state`, run again from its reset state, would not give
-    its batch state exactly, or would change the step; None where it is exact.
-
-    Run again in a `StatelessScope`, the update writes none of the metric's variables. It
-    must write nothing else either, nor draw TF stateful random numbers (the step's
-    streams would move): on TensorFlow, its ops are traced apart first and checked. Under
-    tf.distribute, the replicas' states of such a metric cannot be combined (only Keras's
-    own metrics add).
-    """
-    flat = [t for t in tf.nest.flatten((args, kwargs)) if isinstance(t, tf.Tensor)]
-    if not flat:
-        return None  # JAX or PyTorch: the scope holds every write of a Keras variable
-    context = tf.distribute.get_replica_context()
-    if context is not None and context.num_replicas_in_sync > 1:
-        return (
-            f"is updated on {context.num_replicas_in_sync} replicas, and its class defines its own "
-            "update_state, so the replicas' batch states cannot be combined into the global batch's"
-        )
-    specs = tf.nest.map_structure(lambda t: tf.TensorSpec.from_tensor(t) if isinstance(t, tf.Tensor) else t, args)
-    kwarg_specs = tf.nest.map_structure(
-        lambda t: tf.TensorSpec.from_tensor(t) if isinstance(t, tf.Tensor) else t, kwargs
-    )
-
-    def rerun(*inner: Any, **inner_kwargs: Any) -> Any:
-        _recording.inside = True
-        try:
-            return metric.stateless_update_state(metric.stateless_reset_state(), *inner, **inner_kwargs)
-        finally:
-            _recording.inside = False
-
-    graph = tf.function(rerun, autograph=False).get_concrete_function(*specs, **kwarg_specs).graph
-    effects = sorted({op.type for op in graph.get_operations() if op.op_def.is_stateful and op.type not in _READS})
-    if effects:
-        return (
-            "defines its own update_state, which, run again from the reset state for the batch "
-            f"alone, would also run the stateful ops {effects} (writes or random draws outside its "
-            "state) and so change the step"
-        )
-    return None
-
-
-# Stateful op types that change nothing: an update that reads other variables is still exact.
-_READS = frozenset({"ReadVariableOp", "VarHandleOp", "VarIsInitializedOp", "Placeholder", "NoOp"})
-
-
 # model -> {mode: _Wrapped}; a new compile() gives the model new functions, and so new entries.
 _cache: weakref.WeakKeyDictionary[Any, dict[str, _Wrapped]] = weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
@@ -894,7 +480,7 @@ class BatchSource:
                     tensors = tensors | frozenset(wrapped.tensors.wanted)
                     wrapped = None
             if wrapped is None:
-                flavour: _Flavour = _TfKeras() if is_tf_keras(model) else _Keras3()
+                flavour: Flavour = TfKeras() if is_tf_keras(model) else Keras3()
                 wrapped = entries[mode] = _Wrapped(model, mode, flavour)
             if not wrapped.tensors.want(tensors):
                 raise ValueError(
@@ -980,175 +566,3 @@ def _unpack_for(model: Any) -> Callable[[Any], Any]:
 
         return cast(Callable[[Any], Any], tf_keras.utils.unpack_x_y_sample_weight)
     return cast(Callable[[Any], Any], keras.utils.unpack_x_y_sample_weight)
-
-
-def _to_numpy(packed: Any) -> Any:
-    # A TF eager tensor's own conversion costs a few µs; Keras's generic one
-    # (backend dispatch and checks) several times that, on every step.
-    if isinstance(packed, tf.Tensor) and hasattr(packed, "numpy"):
-        return packed.numpy()
-    return keras.ops.convert_to_numpy(packed)
-
-
-def _unpack(flat: Any, numbers: list[float], layout: tuple[Slot, ...]) -> dict[str, Any]:
-    """The batch values by key: a Python float for a scalar, else a numpy array (as Keras's logs hold them)."""
-    return {
-        key: numbers[start] if shape is None else flat[start:stop].reshape(shape) for key, start, stop, shape in layout
-    }
-
-
-class BatchLogs(Mapping[str, Any]):
-    """A step's logs with each derivable metric's batch value in place of Keras's running mean,
-    and the batch's tensors by their names (`_tensors`), which are not among its keys.
-
-    Values are what Keras's logs hold (`python_utils.pythonify_logs`): a Python
-    float for a scalar, else a numpy array.
-
-    Args:
-        logs: The logs Keras passed to callbacks.
-        batch: The batch values by key; or the packed output of the step, brought
-            to numpy on the first read, so that a step whose values no hook reads
-            costs nothing more.
-        layout: Where each key's value sits in a packed output.
-        underivable: Why each key that has no batch value has none.
-        outputs: Which batch tensors the step outputs (None: none).
-        tensors: The step's batch tensors, by leaf name.
-    """
-
-    __slots__ = ("_logs", "_packed", "_layout", "_underivable", "_batch", "_outputs", "_tensors", "_arrays")
-
-    def __init__(
-        self,
-        logs: Mapping[str, Any],
-        batch: Any,
-        layout: tuple[Slot, ...],
-        underivable: Mapping[str, str],
-        outputs: _tensors.Outputs | None = None,
-        tensors: Mapping[str, Any] | None = None,
-    ) -> None:
-        self._outputs = outputs
-        self._tensors = tensors or {}
-        self._arrays: dict[str, Any] = {}
-        self._logs = logs
-        self._batch: dict[str, Any] | None = batch if isinstance(batch, dict) else (None if layout else {})
-        self._packed = batch
-        self._layout = layout
-        self._underivable = underivable
-
-    def _unpacked(self) -> dict[str, Any]:
-        batch = self._batch
-        if batch is None:
-            flat = _to_numpy(self._packed)
-            batch = self._batch = _unpack(flat, flat.tolist(), self._layout)
-        return batch
-
-    def __getitem__(self, key: str) -> Any:
-        batch = self._unpacked()
-        if key in batch:
-            return batch[key]
-        if self._outputs is not None and _tensors.root_of(key) is not None:
-            return self._tensor(key)
-        why = self._underivable.get(key)
-        if why is not None:
-            raise BatchValueError(
-                f"The log key {key!r} has no per-batch value: {why}. HookCallback gives hooks "
-                "each batch's own value, as TF1 tensors held it, and will not pass Keras's running "
-                "mean off as one. Either pass HookCallback(..., values='running_mean') to give "
-                "hooks Keras's running means for every key, or compute the value as a metric "
-                "whose update_state is Keras's own (a keras.metrics.MeanMetricWrapper of a "
-                "per-sample function)."
-            )
-        return self._logs[key]
-
-    def _tensor(self, key: str) -> Any:
-        outputs = cast(_tensors.Outputs, self._outputs)
-        try:
-            leaves = outputs.leaves(key)
-        except LookupError:
-            why = outputs.explain(key)
-            raise BatchValueError(f"The batch tensor {key!r} has no value in this step: {why}.") from None
-        return keras.tree.map_structure(self._array, leaves)
-
-    def _array(self, leaf: str) -> Any:
-        """One leaf's value, brought to numpy once a step (a root and its parts share it)."""
-        array = self._arrays.get(leaf)
-        if array is None:
-            array = self._arrays[leaf] = _to_numpy(self._tensors[leaf])
-        return array
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._logs
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._logs)
-
-    def __len__(self) -> int:
-        return len(self._logs)
-
-    def __repr__(self) -> str:
-        batch = self._unpacked()
-        return f"BatchLogs({ {k: batch.get(k, v) for k, v in self._logs.items()}!r})"
-
-
-class LoopLogs(Mapping[str, Any]):
-    """The logs that a training loop of the user's own passed for a step, as hooks see them.
-
-    The loop ran the step, so its logs are the step's values: `"loss"` as the
-    loop passed it, and the batch's tensors under their names (`"features"`,
-    `"labels"`, `"sample_weight"`, `"predictions"`) when the loop passes them.
-    The model's compiled step, which gives batch values under `fit`, did not
-    run, so nothing of it is served. A tensor (of any backend) is brought to
-    numpy when a hook reads it, as `Session.run` gave it.
-
-    A `tf.distribute` per-replica value (what `strategy.run` returns) is refused
-    when read: its replicas hold their shards' values, and how they add up (a
-    sum of losses scaled by the global batch, a mean) is the loop's to say.
-
-    Args:
-        logs: The logs the loop passed to `on_train_batch_end`.
-    """
-
-    __slots__ = ("_logs",)
-    from_loop = True  # for the error of a missing key (`_fetch.log_value`)
-
-    def __init__(self, logs: Mapping[str, Any]) -> None:
-        self._logs = logs
-
-    def __getitem__(self, key: str) -> Any:
-        value = self._logs[key]
-        kind = type(value)
-        if kind is float or kind is int or kind is np.ndarray:
-            return value
-        if isinstance(value, tf.distribute.DistributedValues):
-            raise BatchValueError(
-                f"The log key {key!r} holds a tf.distribute per-replica value "
-                f"({type(value).__name__} of {len(value.values)} replicas), as strategy.run returns "
-                "it. Its replicas hold the values of their shards of the batch, which only your loop "
-                "knows how to combine. Reduce it before passing it in the logs, as the "
-                "distributed-training guide does: strategy.reduce(tf.distribute.ReduceOp.SUM, "
-                "per_replica_losses, axis=None) (losses scaled by the global batch size), or "
-                "ReduceOp.MEAN for a mean."
-            )
-        if isinstance(value, Mapping):
-            return {k: self._leaf(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(self._leaf(v) for v in value)
-        return self._leaf(value)
-
-    @staticmethod
-    def _leaf(value: Any) -> Any:
-        if keras.ops.is_tensor(value) or isinstance(value, tf.Tensor) or hasattr(value, "__array__"):
-            return np.asarray(_to_numpy(value) if not isinstance(value, np.generic) else value)
-        return value
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._logs
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._logs)
-
-    def __len__(self) -> int:
-        return len(self._logs)
-
-    def __repr__(self) -> str:
-        return f"LoopLogs({dict(self._logs)!r})"

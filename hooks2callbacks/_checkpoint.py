@@ -29,23 +29,18 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from hooks2callbacks._model import (
-    GLOBAL_STEP,
-    LEARNING_RATE,
-    Saved,
-    _optimizer_variables,
+from hooks2callbacks._keras_state import (
     accumulation_steps,
     global_step_of,
     has_weights,
     lent_optimizer,
     optimizer_of,
-    outside_strategy,
-    saved_variables,
     step_source,
-    tf1_name,
     write_variable,
 )
+from hooks2callbacks._model import GLOBAL_STEP, LEARNING_RATE, Saved, outside_strategy, saved_variables
 from hooks2callbacks._seams import context, ops
+from hooks2callbacks._tf1_names import optimizer_variables, tf1_name
 
 _KEYS = tf.compat.v1.GraphKeys
 
@@ -621,7 +616,7 @@ def _slot_owners(model: Any) -> dict[str, tuple[str, str]]:
         if isinstance(path := getattr(weight, "path", None), str)
     }
     owners: dict[str, tuple[str, str]] = {}
-    for slot in _optimizer_variables(optimizer):
+    for slot in optimizer_variables(optimizer):
         name = str(slot.name)
         # The longest base: a variable whose path starts another's (dense, dense_1) is not its owner.
         base = max((b for b in bases if name.startswith(b)), key=len, default=None)

@@ -44,7 +44,8 @@ from google.protobuf import text_format
 
 from hooks2callbacks._checkpoint import check_assignment_map, install_saver, restore_checkpoint, restore_tf1_checkpoint
 from hooks2callbacks._graph import OP_NAME, AdapterGraph, log_tensor
-from hooks2callbacks._model import global_step_of, outside_strategy
+from hooks2callbacks._keras_state import global_step_of
+from hooks2callbacks._model import outside_strategy
 from hooks2callbacks._seams import context
 
 _T = tf.compat.v1.train

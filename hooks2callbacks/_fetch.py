@@ -40,7 +40,8 @@ import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks._graph import AdapterGraph, log_key_of
-from hooks2callbacks._model import LEARNING_RATE, Entry, accumulation_steps, optimizer_of, read_variable, writes_ref
+from hooks2callbacks._keras_state import accumulation_steps, optimizer_of, read_variable
+from hooks2callbacks._model import LEARNING_RATE, Entry, writes_ref
 from hooks2callbacks._tensors import missing_help, root_of
 
 # resolve(logs, step, ran) -> results. `step` is a numpy int64, as TF1 returns the

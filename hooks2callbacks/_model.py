@@ -40,9 +40,6 @@ need: a run whose hooks never look at them pays nothing for them.
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib
-import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
@@ -50,159 +47,25 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hooks2callbacks._cluster import sharded_across_processes
+from hooks2callbacks._conversions import register_conversions
 from hooks2callbacks._graph import Unsealed
-from hooks2callbacks._seams import (
-    context,
-    ops,
-    optimizer_micro_steps,
-    resource_variable_ops,
-    tensor_conversion_registry,
+from hooks2callbacks._keras_state import (
+    accumulation_steps,
+    global_step_of,
+    has_weights,
+    optimizer_of,
+    read_variable,
+    step_source,
+    write_variable,
 )
+from hooks2callbacks._seams import context
+from hooks2callbacks._tf1_names import TF1_MOMENTUM, optimizer_variables, slot_names, tf1_name, unique
 
 _KEYS = tf.compat.v1.GraphKeys
 LEARNING_RATE = "learning_rate"
 GLOBAL_STEP = "global_step"
-# Characters TF refuses in op names, and what a name may start with.
-_REFUSED = re.compile(r"[^A-Za-z0-9_.\-/>]")
-_FIRST = re.compile(r"[A-Za-z0-9.]")
 # Ops that do not change the variable whose ref they take.
 _READS_REF = frozenset({"IsVariableInitialized"})
-
-
-def read_variable(variable: Any, model: Any = None) -> Any:
-    """Reads an eager TF or Keras variable, also from inside the adapter graph's context."""
-    if _loop_states:  # a stateless loop's state, handed in, reaches the variables at the first read
-        _sync_loop_state(model)
-    # Keras's JAX trainer keeps the state outside the variables during an epoch;
-    # this writes it back (as `Callback.model` does), so the value is current.
-    sync = getattr(model, "jax_state_sync", None)
-    if sync is not None:
-        sync()
-    # tf.init_scope does not leave a graph entered with as_default().
-    with context.eager_mode():
-        # A TF variable (also Keras 3's on the TF backend) reads fastest with numpy():
-        # np.array() goes through a deprecation warning, and for a scalar mirrored
-        # variable fails (its __array__ gives a numpy scalar).
-        value = variable.value if isinstance(variable, keras.Variable) else variable
-        if isinstance(value, tf.Variable):
-            return np.asarray(value.numpy())
-        try:
-            return keras.ops.convert_to_numpy(variable)
-        except RuntimeError as error:
-            refusal = sharded_across_processes(variable)
-            if refusal is None:
-                raise
-            raise refusal from error
-
-
-def write_variable(variable: Any, value: Any, model: Any = None) -> None:
-    """Assigns `value` to an eager TF or Keras variable, so that Keras's next step uses it."""
-    if _loop_states:
-        loop_state = _sync_loop_state(model)
-        if loop_state is not None:
-            loop_state.wrote()
-    # After a JAX sync the trainer takes its state from the variables again
-    # at the next batch (`_jax_state_synced`), so the assignment survives.
-    sync = getattr(model, "jax_state_sync", None)
-    if sync is not None:
-        sync()
-    with context.eager_mode():
-        variable.assign(value)
-
-
-class LoopState:
-    """A stateless training loop's state (keras.io's JAX loop), held outside the model.
-
-    The loop hands it in with its logs (`"state"`: trainable, non-trainable and
-    optimizer variables' values); it reaches the Keras variables only when hook code
-    reads or writes one of them (a fetch by name, a checkpoint, an assign op), so a
-    step whose hooks touch no variable costs nothing. `take()` gives it back, with
-    the hooks' writes where they wrote.
-
-    Attributes:
-        pending: The state handed in and not yet in the variables, or None.
-        writer: Describes the hook call that last wrote a variable (None: no write
-            since the state was last taken).
-    """
-
-    def __init__(self, model: Any, optimizer: Any, caller: Callable[[], str]) -> None:
-        self.model = model
-        self.optimizer = optimizer
-        self.pending: Any = None
-        self.current: Any = None
-        self.writer: str | None = None
-        self._caller = caller
-
-    def groups(self) -> tuple[list[Any], list[Any], list[Any]]:
-        optimizer_variables = list(self.optimizer.variables) if self.optimizer is not None else []
-        return list(self.model.trainable_variables), list(self.model.non_trainable_variables), optimizer_variables
-
-    def hand(self, state: Any, step: int) -> None:
-        """Takes the loop's state after a step.
-
-        Raises:
-            ValueError: `state` is not the three lists of values, or hooks wrote a
-                variable since the loop last took the state back (their write would be lost).
-        """
-        if self.writer is not None:
-            raise ValueError(
-                f"{self.writer} wrote the model's variables, and the state the loop passed at step {step} "
-                "does not hold that write: the loop kept its own state, so the write would be lost. Take "
-                "the state back after on_train_begin() and after each on_train_batch_end(): "
-                "`state = callback.state()` (docs/custom-loops.md)."
-            )
-        groups = self.groups()
-        if not isinstance(state, (tuple, list)) or len(state) != 3:
-            raise ValueError(
-                f"HookCallback: logs['state'] at step {step} takes the loop's state as "
-                "(trainable_values, non_trainable_values, optimizer_values), got "
-                f"{type(state).__name__}{f' of {len(state)} items' if isinstance(state, (tuple, list)) else ''}."
-            )
-        for what, values, variables in zip(("trainable", "non-trainable", "optimizer"), state, groups, strict=True):
-            if len(values) != len(variables):
-                raise ValueError(
-                    f"HookCallback: logs['state'] at step {step} holds {len(values)} {what} values; the "
-                    f"model (and the optimizer given as HookCallback(optimizer=...)) has {len(variables)}."
-                )
-        self.pending = self.current = state
-
-    def sync(self) -> None:
-        """Puts the handed-in state into the Keras variables."""
-        state, self.pending = self.pending, None
-        with context.eager_mode():
-            for variables, values in zip(self.groups(), state, strict=True):
-                for variable, value in zip(variables, values, strict=True):
-                    variable.assign(value)
-
-    def wrote(self) -> None:
-        self.writer = self._caller()
-
-    def take(self) -> tuple[list[Any], list[Any], list[Any]]:
-        """The state for the loop's next step: the one handed in, or the variables' values after writes."""
-        if self.current is None or self.writer is not None:
-            self.writer = None
-            self.current = tuple([v.value for v in variables] for variables in self.groups())
-        return self.current
-
-
-# Stateless loops' states (`LoopState`) of runs in progress: id(model) -> the state.
-_loop_states: dict[int, LoopState] = {}
-
-
-def _sync_loop_state(model: Any) -> LoopState | None:
-    loop_state = _loop_states.get(id(model))
-    if loop_state is not None and loop_state.pending is not None:
-        loop_state.sync()
-    return loop_state
-
-
-def register_loop_state(model: Any, loop_state: LoopState | None) -> None:
-    """Makes reads and writes of `model`'s variables see `loop_state` (None: ends it)."""
-    if loop_state is None:
-        _loop_states.pop(id(model), None)
-    else:
-        _loop_states[id(model)] = loop_state
 
 
 class Entry:
@@ -274,94 +137,6 @@ class Entry:
         return lambda step: read()
 
 
-# Optimizers lent for a run (`HookCallback(optimizer=...)`): id(model) -> the optimizer
-# that trains it there. `optimizer_of` is the one place that reads a model's optimizer.
-_lent: dict[int, Any] = {}
-
-
-def optimizer_of(model: Any) -> Any:
-    """The optimizer that trains `model`: one lent for the run in progress, else `model.optimizer` (or None).
-
-    Every read of a model's optimizer in this package goes through here, so that a
-    custom training loop's optimizer (`HookCallback(optimizer=...)`) is the one whose
-    `iterations` is the global step, whose variables hooks see and checkpoints hold.
-    """
-    lent = _lent.get(id(model))
-    return getattr(model, "optimizer", None) if lent is None else lent
-
-
-def lend_optimizer(model: Any, optimizer: Any) -> None:
-    """Makes `optimizer_of(model)` return `optimizer` until `return_optimizer(model)`."""
-    _lent[id(model)] = optimizer
-
-
-def return_optimizer(model: Any) -> None:
-    """Ends `lend_optimizer(model, ...)`; nothing if none is lent."""
-    _lent.pop(id(model), None)
-
-
-@contextlib.contextmanager
-def lent_optimizer(model: Any, optimizer: Any) -> Iterator[None]:
-    """`optimizer_of(model)` is `optimizer` inside the block (nothing changes for None)."""
-    if optimizer is None:
-        yield
-        return
-    before = _lent.get(id(model))
-    lend_optimizer(model, optimizer)
-    try:
-        yield
-    finally:
-        if before is None:
-            return_optimizer(model)
-        else:
-            _lent[id(model)] = before
-
-
-def accumulation_steps(optimizer: Any) -> int:
-    """Micro-batches per applied update: Keras 3's `gradient_accumulation_steps`, else 1."""
-    return int(getattr(optimizer, "gradient_accumulation_steps", None) or 1)
-
-
-def step_source(optimizer: Any) -> Any:
-    """The variable that counts the optimizer's steps.
-
-    With gradient accumulation, Keras 3's `iterations` is computed anew at each
-    read (micro-batches // accumulation steps) from the micro-batch count.
-    """
-    if accumulation_steps(optimizer) > 1:
-        return optimizer_micro_steps(optimizer)
-    return optimizer.iterations
-
-
-def global_step_of(model: Any) -> int:
-    """The model's global step: its optimizer's applied updates (`iterations`), read eagerly."""
-    optimizer: Any = optimizer_of(model)
-    if getattr(optimizer, "iterations", None) is None:
-        return 0
-    if _loop_states:
-        _sync_loop_state(model)
-    with context.eager_mode():
-        iterations = optimizer.iterations
-    if isinstance(iterations, keras.Variable):
-        iterations = iterations.value
-    if isinstance(iterations, tf.Variable):  # TF backend, tf_keras (also mirrored)
-        return int(iterations.numpy())
-    return int(keras.ops.convert_to_numpy(iterations))
-
-
-def has_weights(model: Any) -> bool:
-    """Whether the model has made its weights (tf_keras makes those of a model given
-    no input shape only in its first step, after `on_train_begin`)."""
-    if getattr(model, "built", True):
-        return True
-    try:
-        # Trainable ones: a metric tracker the model holds (`self.loss_tracker = Mean()`)
-        # makes its variables at once, the layers' only in the first step.
-        return bool(model.trainable_weights)
-    except ValueError:  # tf_keras's Sequential before it is built
-        return False
-
-
 class ModelMirror:
     """The TF1 variables standing for a Keras model's and optimizer's variables in one adapter graph.
 
@@ -375,7 +150,7 @@ class ModelMirror:
     """
 
     def __init__(self, graph: tf.Graph | None, model: Any, extra: Mapping[str, Any], train: bool) -> None:
-        _register_conversions()
+        register_conversions()
         self._graph = graph
         self._model = model
         self._extra = extra
@@ -463,7 +238,7 @@ class ModelMirror:
                 self._by_source.setdefault(id(backing), rate)
             if self._train:  # a TF1 eval graph had no optimizer slots
                 slots = slot_names(optimizer, model, prefix)
-                for variable in _optimizer_variables(optimizer):
+                for variable in optimizer_variables(optimizer):
                     if id(variable) not in self._by_source and id(variable) not in self._step_sources:
                         name = slots.get(id(variable)) or tf1_name(variable, prefix)
                         add(variable, (_KEYS.GLOBAL_VARIABLES,), False, name)
@@ -472,7 +247,7 @@ class ModelMirror:
                 add(variable, (), False, name)
         used = {GLOBAL_STEP}
         for name, entry in named:
-            entry.name = _unique(name, used)
+            entry.name = unique(name, used)
             self._by_name[entry.name] = entry
         if self.rate is not None and self.rate.source is not None:
             # The Keras 3 path of the rate (`sgd/learning_rate`) names it too.
@@ -618,26 +393,6 @@ def writes_ref(op: tf.Operation) -> tf.Operation | None:
     return first.op
 
 
-def tf1_name(variable: Any, model_prefix: str = "") -> str:
-    """The TF1 op name of a Keras variable, by the rule in this module's docstring."""
-    path = getattr(variable, "path", None)
-    if not isinstance(path, str):  # tf_keras, tf.Variable: "dense/kernel:0"
-        path = re.sub(r":\d+$", "", str(getattr(variable, "name", "variable")))
-    if model_prefix and path.startswith(model_prefix):
-        path = path[len(model_prefix) :]
-    path = _REFUSED.sub("_", path) or "variable"
-    return path if _FIRST.match(path) else "v" + path
-
-
-def _unique(name: str, used: set[str]) -> str:
-    candidate, count = name, 0
-    while candidate in used:
-        count += 1
-        candidate = f"{name}_{count}"
-    used.add(candidate)
-    return candidate
-
-
 def _dtype_of(variable: Any) -> tf.DType:
     dtype = variable.dtype
     if isinstance(dtype, tf.DType):
@@ -656,77 +411,6 @@ def _backing(variable: Any) -> list[Any]:
         variable = inner
     if isinstance(variable, tf.distribute.DistributedValues):
         found.extend(variable.values)
-    return found
-
-
-def _optimizer_variables(optimizer: Any) -> list[Any]:
-    variables = getattr(optimizer, "variables", ())
-    return list(variables() if callable(variables) else variables)
-
-
-# TF1's slot names (`<variable>/<name>`), by Keras optimizer and slot kind (Keras 3's
-# name, tf_keras's). SGD's momentum is left out: Keras keeps -lr * TF1's accumulator.
-_TF1_SLOTS: dict[str, dict[str, str]] = {
-    "Adam": {"momentum": "Adam", "m": "Adam", "velocity": "Adam_1", "v": "Adam_1"},
-    "Adagrad": {"accumulator": "Adagrad"},
-    "RMSprop": {"velocity": "RMSProp", "average_gradient": "RMSProp_1", "momentum": "RMSProp_1"},
-}
-
-
-# TF1's MomentumOptimizer kept an accumulator of gradients, `<variable>/Momentum`; Keras's SGD
-# keeps -lr times it. Checkpoints convert between the two, at the current (constant) rate.
-_TF1_MOMENTUM: dict[str, dict[str, str]] = {"SGD": {"momentum": "Momentum", "m": "Momentum"}}
-
-
-def slot_names(
-    optimizer: Any, model: Any, model_prefix: str = "", table: Mapping[str, Mapping[str, str]] = _TF1_SLOTS
-) -> dict[int, str]:
-    """TF1's names of the optimizer's slot variables (`dense/kernel/Adam_1`), by the slot's id.
-
-    TF1's Adam, Adagrad and RMSProp named a variable's slots `<variable>/<Optimizer>`,
-    `<variable>/<Optimizer>_1`, ...; those of Keras's Adam, Adagrad and RMSprop
-    hold the same values and get those names. Other optimizers' slots (and SGD's
-    momentum, kept in other units) keep their Keras names.
-
-    Slots are matched to their variables by the names Keras gives them:
-    `<path with _ for />_<kind>` (Keras 3), `[<Optimizer>/]<kind>/<variable name>` (tf_keras).
-    """
-    kind = type(optimizer).__name__  # exactly: a subclass may keep other slots
-    if kind not in table:
-        return {}
-    name_of = dict(table[kind])
-    if kind == "RMSprop" and getattr(optimizer, "centered", False):
-        name_of["momentum"] = "RMSProp_2"  # TF1 made "mg" before "momentum"
-    by_slot_name: dict[str, str] = {}
-    for variable in model.trainable_weights:
-        base = tf1_name(variable, model_prefix)
-        path = getattr(variable, "path", None)
-        for kind, suffix in name_of.items():
-            if isinstance(path, str):  # Keras 3
-                by_slot_name[f"{path.replace('/', '_')}_{kind}"] = f"{base}/{suffix}"
-            else:  # tf_keras: "Adam/m/dense/kernel:0"
-                shared = re.sub(r":\d+$", "", str(variable.name))
-                by_slot_name[f"{kind}/{shared}"] = f"{base}/{suffix}"
-    found: dict[int, str] = {}
-    # Keras before 3.9 names Adagrad's slots plainly "accumulator": made one per variable, in order.
-    bare: dict[str, list[Any]] = {kind: [] for kind in name_of}
-    for slot in _optimizer_variables(optimizer):
-        name = re.sub(r":\d+$", "", str(slot.name))
-        # tf_keras puts the optimizer's name in front when the slots are made in its name scope (in fit).
-        for key in (name, name.partition("/")[2]):
-            if key in by_slot_name:
-                found[id(slot)] = by_slot_name[key]
-                break
-        else:
-            if name in bare:
-                bare[name].append(slot)
-    weights = list(model.trainable_weights)
-    for kind, slots in bare.items():
-        if len(slots) == len(weights) and all(
-            tuple(s.shape) == tuple(w.shape) for s, w in zip(slots, weights, strict=True)
-        ):
-            for slot, weight in zip(slots, weights, strict=True):
-                found[id(slot)] = f"{tf1_name(weight, model_prefix)}/{name_of[kind]}"
     return found
 
 
@@ -782,7 +466,7 @@ def saved_variables(model: Any, step: int | None = None) -> tuple[list[Saved], l
     mirror = ModelMirror(None, model, {}, train=True)
     entries = [e for e in mirror.entries() if _KEYS.GLOBAL_VARIABLES in e.collections]
     optimizer = optimizer_of(model)
-    momentum = slot_names(optimizer, model, f"{getattr(model, 'name', '')}/", _TF1_MOMENTUM) if optimizer else {}
+    momentum = slot_names(optimizer, model, f"{getattr(model, 'name', '')}/", TF1_MOMENTUM) if optimizer else {}
     left_out: list[str] = []
     rate = None
     if momentum:
@@ -916,103 +600,3 @@ def _bare(graph: tf.Graph) -> Iterator[None]:
         tf.compat.v1.variable_scope(tf.compat.v1.VariableScope(False), auxiliary_name_scope=False),
     ):
         yield
-
-
-# -- Keras variables used in ops of the adapter graph -------------------------------
-
-_registered = False
-
-
-def _register_conversions() -> None:
-    """Makes a Keras variable used in an op of an adapter graph stand for its mirror variable.
-
-    Without this, `model.optimizer.learning_rate * 0.5` in `begin()` fails with
-    "Attempting to capture an EagerTensor". Registered once, when the first
-    mirror is made; outside an adapter graph the function declines, and TF's
-    own conversion runs.
-    """
-    global _registered
-    if _registered:
-        return
-    _registered = True
-    # Keras 3 TF-backend variables convert through their tf.Variable (`__tf_tensor__`);
-    # tf_keras variables are tf.Variables; JAX and PyTorch Keras variables reach the registry.
-    for kind in (resource_variable_ops.BaseResourceVariable, keras.Variable):
-        tensor_conversion_registry.register_tensor_conversion_function(kind, _to_mirror, priority=50)
-
-
-def _redirect_assigns() -> None:
-    """Makes `tf.compat.v1.assign`, `assign_add` and `assign_sub`, given a Keras variable in an op
-    of an adapter graph, write its TF1 variable (the write reaches Keras as any write to it does).
-
-    TF's own cannot take one (they ask `ref.dtype._is_ref_dtype`, a string's in Keras 3, or assign
-    eagerly, tf_keras) and offer no dispatch to register with, so `tf.compat.v1`'s three are
-    replaced, when this package is imported, by wrappers that give TF's own the TF1 variable there
-    and pass every other call unchanged. Code that bound TF's own before
-    (`from tensorflow.compat.v1 import assign` ahead of importing hooks2callbacks) keeps TF's
-    error, with a note naming the TF1 variable (`_dispatch._assign_help`).
-    """
-    # `tf.compat.v1` and `import tensorflow.compat.v1` are two module objects (and two
-    # wrappers around them) made from the same file: both get the wrappers.
-    modules = [importlib.import_module(name) for name in ("tensorflow._api.v2.compat.v1", "tensorflow.compat.v1")]
-    modules += [getattr(m, "_tfmw_wrapped_module", m) for m in modules]
-    for name in ("assign", "assign_add", "assign_sub"):
-        original = getattr(tf.compat.v1, name)
-        original = getattr(original, "__wrapped__", original)
-
-        @functools.wraps(original)
-        def redirected(ref: Any, *args: Any, _original: Callable[..., Any] = original, **kwargs: Any) -> Any:
-            return _original(_tf1_variable(ref), *args, **kwargs)
-
-        for module in modules:
-            if getattr(module, name) is original:
-                setattr(module, name, redirected)
-
-
-_redirect_assigns()
-
-
-def _tf1_variable(ref: Any) -> Any:
-    """`ref`'s TF1 variable where `ref` is a Keras variable used in an adapter graph; else `ref`."""
-    if not isinstance(ref, (keras.Variable, resource_variable_ops.BaseResourceVariable)):
-        return ref
-    found = _mirrored(ref)
-    return ref if found is None or found is _NOT_MODELS else found
-
-
-def _mirrored(value: Any) -> Any:
-    """The TF1 variable standing for eager variable `value` in the default adapter graph:
-    the global step's or its mirror entry's; `_NOT_MODELS` where the model has no such
-    variable; None outside an adapter graph (or eagerly, or for a graph variable)."""
-    if context.executing_eagerly() or getattr(value, "_in_graph_mode", False):
-        return None
-    graph = ops.get_default_graph()
-    mirror: ModelMirror | None = getattr(graph, "mirror", None)
-    if mirror is None:
-        return None
-    if mirror.is_step(value):
-        return graph.global_step
-    entry = mirror.of_variable(value)
-    if entry is None:
-        return _NOT_MODELS
-    mirror.build()
-    return entry.variable
-
-
-_NOT_MODELS = object()
-
-
-def _to_mirror(value: Any, dtype: Any = None, name: Any = None, as_ref: bool = False) -> Any:
-    variable = _mirrored(value)
-    if variable is None:
-        return NotImplemented  # not an adapter graph, or a variable of a graph
-    if variable is _NOT_MODELS:
-        caller = getattr(getattr(ops.get_default_graph(), "owner", None), "caller", "a hook")
-        raise ValueError(
-            f"{caller} used the eager variable {getattr(value, 'name', value)!r} in an op of the "
-            "adapter graph, and it is neither the Keras model's nor its optimizer's, so it has "
-            "no TF1 variable there (TF cannot capture an eager value into a TF1 graph). Give it "
-            "one with HookCallback(names={'some_name': variable}), or use the model's variables: "
-            "tf.compat.v1.trainable_variables(), or by name such as 'dense/kernel:0'."
-        )
-    return ops.convert_to_tensor(variable, dtype=dtype, name=name, as_ref=as_ref)

@@ -50,10 +50,10 @@ Not private, but a reliance on how Keras calls its own code: instance-level
 overrides for a run with batch values (the model's `train_step`/`test_step`, its
 `compute_metrics` and `compute_loss`, which record `y_pred` for the batch's tensors, its
 metrics' `update_state` and `result`, their variables' `assign*`, the metric
-containers' `build`; `_batch._Patches`, undone at the run's end); the order of the step's
+containers' `build`; `_flavours.Patches`, undone at the run's end); the order of the step's
 outputs (tf_keras orders its step counter after the first in `tf.nest`'s sorted order, so the keys
 that carry values out of the step sort last: `_batch.BATCH_KEY`, `_tensors.TENSORS_KEY`); a tf_keras
-metric's state variables held as its attributes (`_batch._with_state` reads its `result()` with
+metric's state variables held as its attributes (`_flavours._with_state` reads its `result()` with
 tensors in their place); the model's `make_train_function`,
 `make_test_function` and `make_predict_function`, which every `fit`, `evaluate` and `predict` calls
 before its first step (`_runs._watch`, instance-level overrides while a run is open, to close a run an
@@ -63,7 +63,7 @@ only, `tf.compat.v1.summary.FileWriter.add_summary` wrapped (which hook wrote a 
 after (`migration`); stack frames: the Keras loop of a run
 (`_runs.loop_frame`, Keras's `CallbackList` calls `on_*`), TF's own collection reads
 (`_graph._called_by_hook_code`, `_graph._exporting_meta_graph`); and, for an error's
-note only, the frame of `tf.compat.v1.assign*` in a traceback (`_dispatch`).
+note only, the frame of `tf.compat.v1.assign*` in a traceback (`_hook_errors`).
 """
 
 from __future__ import annotations

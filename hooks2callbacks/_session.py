@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks._fetch import Plan, check_feeds, compile_fetches, log_value
-from hooks2callbacks._model import accumulation_steps, optimizer_of, step_source, write_variable
+from hooks2callbacks._keras_state import accumulation_steps, optimizer_of, step_source, write_variable
 from hooks2callbacks._seams import context
 from hooks2callbacks._tensors import fed, root_of
 
@@ -79,7 +79,7 @@ class AdapterSession:
                 initializer feed of `tf.Variable.load`).
             options: Passed to the real run, if one is needed; where every fetch is
                 answered from Keras's values, there is no run for them, and the
-                dispatch path says so once (`HookRunner.session_options_unused`).
+                dispatch path says so once (`StepOptions.session_options_unused`).
             run_metadata: Passed to the real run, if one is needed (else left as it is).
 
         Returns:
@@ -94,7 +94,7 @@ class AdapterSession:
         plan = compile_fetches(fetches, runner.graph, runner.model, where)
         ran = self.run_graph(plan, runner.logs, runner.step, where, feeds, options, run_metadata)
         if options is not None and not plan.derived:
-            runner.session_options_unused(where, options)
+            runner.run_options.session_options_unused(where, options)
         return plan.resolve(runner.logs, runner.step, ran)
 
     def run_graph(

@@ -81,7 +81,7 @@ def record_predictions(
 
     Args:
         model: The Keras model.
-        patch: Sets an instance-level override (`_batch._Patches.set`), undone at the run's end.
+        patch: Sets an instance-level override (`_flavours.Patches.set`), undone at the run's end.
         tf_keras: Whether the model is a tf_keras one.
     """
 
@@ -317,7 +317,7 @@ def missing_help(key: str, from_loop: bool = False) -> str:
 
     Args:
         key: The batch name.
-        from_loop: Whether the user's own training loop passed the logs (`_batch.LoopLogs`).
+        from_loop: Whether the user's own training loop passed the logs (`_batch_logs.LoopLogs`).
     """
     if from_loop:
         return (

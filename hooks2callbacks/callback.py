@@ -94,7 +94,7 @@ In a training loop of the user's own (`keras.callbacks.CallbackList([callback],
 model=model)` driven by hand; docs/custom-loops.md): on_train_begin sets
 `model.stop_training = False`, as fit does; the logs the loop passes to
 on_train_batch_end are the step's values (`"loss"` as passed, the batch's tensors
-under their names when passed; `_batch.LoopLogs`), and the model's compiled step
+under their names when passed; `_batch_logs.LoopLogs`), and the model's compiled step
 is left as it is. Batch values of the compiled step serve only a batch for which
 it ran. A batch after a stop, or without on_train_begin, is warned of once a run.
 
@@ -122,9 +122,10 @@ import tensorflow as tf
 from hooks2callbacks import _runs
 from hooks2callbacks._batch import loss_keys
 from hooks2callbacks._cluster import GO_ON, RAISED, STOP, Cluster, cluster_of, is_default
-from hooks2callbacks._dispatch import HookRunner, Hooks, as_hook_list, is_factory, steps_per_execution
+from hooks2callbacks._dispatch import HookRunner
 from hooks2callbacks._graph import OP_NAME, log_key_of
-from hooks2callbacks._model import (
+from hooks2callbacks._hook_list import Hooks, as_hook_list, is_factory, steps_per_execution
+from hooks2callbacks._keras_state import (
     LoopState,
     accumulation_steps,
     global_step_of,
@@ -534,7 +535,7 @@ class HookCallback(keras.callbacks.Callback):
             advances=mode == "train",
             name=repr(self),
             # In the user's own loop, the model's compiled step does not run: the loop's
-            # logs are the step's values (`_batch.LoopLogs`).
+            # logs are the step's values (`_batch_logs.LoopLogs`).
             batch_mode=mode if mode != "predict" and steps and not self._custom else None,
             loop_logs=self._custom,
             loop_state=self._loop_state if mode == "train" and self._custom else None,

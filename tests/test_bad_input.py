@@ -632,9 +632,9 @@ def test_reading_an_empty_collection_a_model_fn_filled_warns_naming_hook_collect
 
 
 def test_hooks_that_log_at_info_under_a_warning_level_logger_say_so_once(monkeypatch):
-    from hooks2callbacks import _dispatch
+    from hooks2callbacks import _hook_list
 
-    monkeypatch.setattr(_dispatch, "_warned_logging", False)
+    monkeypatch.setattr(_hook_list, "_warned_logging", False)
     logger = tf.get_logger()
     monkeypatch.setattr(logger, "level", logging.WARNING)
     with warnings.catch_warnings(record=True) as caught:
@@ -645,7 +645,7 @@ def test_hooks_that_log_at_info_under_a_warning_level_logger_say_so_once(monkeyp
     assert len(said) == 1
     assert "LoggingTensorHook log at INFO, and TF's logger is at WARNING" in str(said[0].message)
     assert 'tf.get_logger().setLevel("INFO")' in str(said[0].message)
-    monkeypatch.setattr(_dispatch, "_warned_logging", False)
+    monkeypatch.setattr(_hook_list, "_warned_logging", False)
     monkeypatch.setattr(logger, "level", logging.INFO)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -31,7 +31,8 @@ from support import (
 )
 
 from hooks2callbacks import BatchValueError, HookCallback, log_tensor
-from hooks2callbacks._batch import _cache, derivable
+from hooks2callbacks._batch import _cache
+from hooks2callbacks._flavours import derivable
 
 T = tf.compat.v1.train
 X, Y = make_data(100)  # batches of 32: 32, 32, 32 and a smaller last one of 4

@@ -22,7 +22,7 @@ from tensorflow.python.ops import state_ops
 
 from hooks2callbacks import HookCallback, UnknownLogKeyError, log_tensor
 from hooks2callbacks._graph import AdapterGraph
-from hooks2callbacks._model import tf1_name
+from hooks2callbacks._tf1_names import tf1_name
 
 V1 = tf.compat.v1
 X, Y = make_data()

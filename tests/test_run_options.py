@@ -162,7 +162,7 @@ def test_oom_reporting_hook_under_monitored_session_lists_allocations_on_the_dev
     tf1 = str(info.value)
     assert "Current usage from device: /job:localhost/replica:0/task:0/device:CPU:0" in tf1
     # The device TF1 reports on is the one the adapter's note speaks of (for the same error).
-    from hooks2callbacks._dispatch import _oom_note
+    from hooks2callbacks._run_options import _oom_note
 
     note = _oom_note(info.value, ["OomReportingHook.before_run()"], 0)
     assert "/job:localhost/replica:0/task:0/device:CPU:0" in note
@@ -448,7 +448,7 @@ def test_an_op_built_after_begin_fails_as_under_monitored_session(K):
 def test_the_oom_note_for_a_gpu_says_its_memory_in_use_or_why_there_is_none():
     """TF's message for a GPU out-of-memory error names the GPU: its statistics (a GPU machine), or why
     there are none (this GPU is not there)."""
-    from hooks2callbacks._dispatch import _oom_note
+    from hooks2callbacks._run_options import _oom_note
 
     error = tf.errors.ResourceExhaustedError(
         None,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from hooks2callbacks._dispatch import HOOK_METHODS, as_hook_list
+from hooks2callbacks._hook_list import HOOK_METHODS, as_hook_list
 from hooks2callbacks.migration._data import _kind
 from hooks2callbacks.migration._races import Race, RaceWatch
 
