@@ -30,6 +30,8 @@ Each seam, what it reaches, and what happens when that is missing:
   import; a third one would keep TF's own `assign`, whose error gets its note.
 * `nan_hook_loss`: `NanTensorHook._loss_tensor` (`check_migration`'s TF1 side of
   `estimator_hooks`). AttributeError.
+* `eager_outside_graph`: `context.eager_mode()`, an eager context while a (finalized) TF1 graph
+  is the default (`CallbackHook` calls Keras callbacks in it). AttributeError at the call.
 * `is_default_strategy`, and TensorFlow's private modules imported below (`context`,
   `ops`, `meta_graph`, `training_util`, `tensor_conversion_registry`,
   `resource_variable_ops`, `FileWriterCache`): ImportError at import.
@@ -98,6 +100,7 @@ __all__ = [
     "SessionRunHook",
     "SessionRunValues",
     "context",
+    "eager_outside_graph",
     "is_default_strategy",
     "jax_nested_tracer",
     "keras3_compile_metrics_leaves",
@@ -257,6 +260,20 @@ def jax_nested_tracer(values: Sequence[Any]) -> bool:
     import jax  # pylint: disable=import-outside-toplevel
 
     return any(isinstance(v, jax.core.Tracer) and type(v).__name__ != "DynamicJaxprTracer" for v in values)
+
+
+def eager_outside_graph() -> Any:
+    """A context manager in which TF executes eagerly, though a TF1 graph (finalized) is the default.
+
+    `CallbackHook` calls Keras callbacks from a `MonitoredSession`'s hooks, where
+    the finalized graph is the default: Keras 3's callbacks run TF2 ops
+    (`keras.ops`, `tf.summary`), and both Keras packages create eager variables and
+    summary writers, which that graph refuses ("Graph is finalized").
+    `tf.init_scope()` leaves only function graphs. `context.eager_mode()` switches
+    the thread to eager execution, so those ops run at once and add nothing to the
+    graph. Checked on TF 2.18.1 and 2.21.0; missing, an AttributeError at the call.
+    """
+    return context.eager_mode()
 
 
 def is_default_strategy(strategy: Any) -> bool:
