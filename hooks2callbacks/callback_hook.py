@@ -83,6 +83,10 @@ def _flavour(callbacks: Sequence[Any]) -> Any:
 class _Numeric:
     """A number that Keras's `backend.get_value`/`convert_to_numpy` and `float()` read."""
 
+    # `tf.is_tensor` honours it: tf_keras's `backend.get_value` then returns `numpy()`, a number,
+    # not this live object (which `logs["lr"]` would otherwise hold, and History keep).
+    is_tensor_like = True
+
     def __init__(self, read: Callable[[], Any], dtype: tf.DType) -> None:
         self._read = read
         self.dtype = dtype
