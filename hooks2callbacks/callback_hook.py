@@ -50,6 +50,10 @@ __all__ = ["CallbackHook"]
 
 _MODES = ("train", "eval")
 _KERAS3_WEIGHTS_SUFFIX = ".weights.h5"
+_RATE_HELP = (
+    "Pass CallbackHook(..., learning_rate=<the TF1 variable the optimizer reads, or its name>) for "
+    "model.optimizer.learning_rate to read and set it."
+)
 
 
 def _flavour(callbacks: Sequence[Any]) -> Any:
@@ -355,6 +359,8 @@ class CallbackHook(_seams.SessionRunHook):
         self._variable_specs = None if variables is None else list(variables)
         self._validation = validation
         self.model: TF1Model | None = None
+        # The callback that read the rate when none was named, for the note on the error that follows.
+        self._missing_rate: str | None = None
 
     # -- begin(): everything that adds to the graph -------------------------------------------------
 
@@ -442,7 +448,8 @@ class CallbackHook(_seams.SessionRunHook):
                 add_progbar=False,
                 model=model,
                 verbose=0,
-                epochs=self.epochs,
+                # evaluate() gives its callbacks epochs=1.
+                epochs=self.epochs if self.mode == "train" or self.epochs is not None else 1,
                 steps=self.steps_per_epoch,
             )
         self._sync_counters()
@@ -542,10 +549,10 @@ class CallbackHook(_seams.SessionRunHook):
     def _rate(self, what: str) -> _Rate:
         variable = self._rate_variable
         if variable is None:
+            caller = _caller(self)
+            self._missing_rate = caller
             raise AttributeError(
-                f"{_caller(self)} read model.{what} under CallbackHook, but no learning-rate variable was "
-                "named. Pass CallbackHook(..., learning_rate=<the TF1 variable the optimizer reads, or its "
-                "name>)."
+                f"{caller} read model.{what} under CallbackHook, but no learning-rate variable was named. {_RATE_HELP}"
             )
         return _Rate(
             lambda: self._session_run(variable),
@@ -580,6 +587,7 @@ class CallbackHook(_seams.SessionRunHook):
 
     @contextmanager
     def _calling(self, method: str) -> Iterator[None]:
+        self._missing_rate = None
         try:
             with self._eager():
                 yield
@@ -587,6 +595,10 @@ class CallbackHook(_seams.SessionRunHook):
             name = _raising_callback(error, self.callbacks) or f"A callback's {method}"
             if hasattr(error, "add_note"):  # Python 3.11+; 3.10's traceback names the callback's frame
                 error.add_note(f"Raised by {name}, called by CallbackHook ({self.mode} mode) in a TF1 loop.")
+                # Keras 3's LearningRateScheduler asks hasattr(optimizer, "learning_rate") and raises its own
+                # error, which cannot name the argument that was missing.
+                if self._missing_rate is not None:
+                    error.add_note(f"{self._missing_rate} found no learning rate: {_RATE_HELP}")
 
             raise
 

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from support import BATCH, TF1_NAMES, FinalValues, _X, _Y, make_model, tf1_mlp, weights_of
+from support import _X, _Y, BATCH, TF1_NAMES, FinalValues, make_model, tf1_mlp, weights_of
 
 from hooks2callbacks import CallbackHook, restore_tf1_checkpoint
 
@@ -168,8 +168,9 @@ def test_events_and_logs_are_those_of_fit(K):
     train_tf1(K, [ours], epochs=2)
     fit(K, [theirs], epochs=2)
     assert_same_calls(ours.calls, theirs.calls)
-    # Batch logs are the epoch's running means: the second batch's is the mean of the first two losses.
+    # Two epochs of SPE batches each, counted from the global step, as fit counts them.
     assert [c[1] for c in ours.calls if c[0] == "on_epoch_begin"] == [0, 1]
+    assert [c[1] for c in ours.calls if c[0] == "on_train_batch_end"] == [*range(SPE)] * 2
 
 
 def test_csv_logger_history_and_tensorboard_match_fit(K, tmp_path):
@@ -240,3 +241,218 @@ def test_validation_function_gives_val_logs_as_fit_validation(K, tmp_path):
     for row, fit_row in zip(rows, fit_rows, strict=True):
         for key in ("val_loss", "val_accuracy", "loss"):
             np.testing.assert_allclose(float(row[key]), float(fit_row[key]), rtol=2e-5)
+
+
+# -- the learning rate: a TF1 variable the callbacks read and set ----------------------------------
+
+
+class RateRead(tf.compat.v1.train.SessionRunHook):
+    """Fetches the `learning_rate` variable in each step's run: the rate that step's training read."""
+
+    def __init__(self) -> None:
+        self.rates: list[float] = []
+
+    def before_run(self, run_context: Any) -> Any:
+        return tf.compat.v1.train.SessionRunArgs("learning_rate:0")
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        self.rates.append(float(run_values.results))
+
+
+def RateSeen(K: Any) -> Any:
+    """A callback that keeps `model.optimizer.learning_rate` at each batch's begin."""
+
+    class Seen(K.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rates: list[float] = []
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            self.rates.append(float(np.asarray(self.model.optimizer.learning_rate)))
+
+    return Seen()
+
+
+@pytest.mark.parametrize(
+    "scheduler",
+    [
+        lambda K: K.callbacks.LearningRateScheduler(lambda epoch, rate: 0.05 * 0.5**epoch),
+        # No epoch improves on the first by 10: the rate halves at each epoch's end from the second on.
+        lambda K: K.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=10.0),
+    ],
+    ids=["LearningRateScheduler", "ReduceLROnPlateau"],
+)
+def test_rate_schedulers_set_the_tf1_variable_training_reads(K, scheduler):
+    read, seen, fit_seen = RateRead(), RateSeen(K), RateSeen(K)
+    values = train_tf1(K, [scheduler(K), seen], epochs=3, hooks=lambda: [read], learning_rate="learning_rate")
+    model = fit(K, [scheduler(K), fit_seen], epochs=3)
+    np.testing.assert_allclose(seen.rates, fit_seen.rates, rtol=1e-6)
+    np.testing.assert_allclose(read.rates, fit_seen.rates, rtol=1e-6)
+    assert len(set(read.rates)) > 1  # the rate changed
+    for tf1_weight, keras_weight in zip(tf1_weights(values), weights_of(model), strict=True):
+        np.testing.assert_allclose(tf1_weight, keras_weight, rtol=1e-5, atol=1e-6)
+
+
+# -- weights: get, set, save through ops built in begin() ------------------------------------------
+
+
+def test_model_checkpoint_weights_only_writes_a_tf1_checkpoint_restore_tf1_checkpoint_loads(K, tmp_path):
+    # Keras 3's ModelCheckpoint(save_weights_only=True) insists on `.weights.h5`: the stand-in drops the
+    # suffix and writes a TF1 checkpoint at the rest. tf_keras's takes a checkpoint prefix as it is.
+    suffix = ".weights.h5" if K is keras else ""
+    checkpoint = K.callbacks.ModelCheckpoint(str(tmp_path / f"w-{{epoch:02d}}{suffix}"), save_weights_only=True)
+    values = train_tf1(K, [checkpoint], epochs=2)
+    trained = fit(K, [], epochs=2)
+    assert sorted(os.path.basename(p) for p in glob.glob(str(tmp_path / "w-*.index"))) == ["w-01.index", "w-02.index"]
+    assert tf.train.load_variable(str(tmp_path / "w-02"), "global_step") == 2 * SPE
+
+    restored = make_model(K, layer_names=TF1_NAMES)
+    restore_tf1_checkpoint(restored, str(tmp_path / "w-02"))
+    for tf1_weight, restored_weight, keras_weight in zip(
+        tf1_weights(values), weights_of(restored), weights_of(trained), strict=True
+    ):
+        np.testing.assert_array_equal(restored_weight, tf1_weight)
+        np.testing.assert_allclose(restored_weight, keras_weight, rtol=1e-5, atol=1e-6)
+
+
+# -- evaluation, stops and faults ------------------------------------------------------------------
+
+
+def test_eval_mode_calls_test_events_as_evaluate(K):
+    ours, theirs = Recorder(K), Recorder(K)
+    model = make_model(K, layer_names=TF1_NAMES)
+    weights = weights_of(model)
+    steps = 4
+    with tf.Graph().as_default() as graph:
+        tf1_mlp(weights)
+        predicted = tf.argmax(graph.get_tensor_by_name("logits:0"), 1)
+        accuracy = tf.reduce_mean(tf.cast(tf.equal(predicted, graph.get_tensor_by_name("y:0")), tf.float32))
+        hook = CallbackHook([ours], logs={"loss": "loss", "accuracy": accuracy}, steps_per_epoch=steps, mode="eval")
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            for step in range(steps):
+                batch = slice(step * BATCH, (step + 1) * BATCH)
+                session.run("loss:0", {"x:0": _X[batch], "y:0": _Y[batch]})
+    model.evaluate(_X[: steps * BATCH], _Y[: steps * BATCH], batch_size=BATCH, verbose=0, callbacks=[theirs])
+    assert_same_calls(ours.calls, theirs.calls)
+    assert ours.calls[-1][0] == "on_test_end"
+
+
+def test_a_stop_by_another_hook_closes_the_epoch_as_a_stop_in_fit(K):
+    class StopAt(K.callbacks.Callback):
+        """Stops fit after the first batch of epoch 1."""
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if (self.epoch, batch) == (1, 0):
+                self.model.stop_training = True
+
+    ours, theirs = Recorder(K), Recorder(K)
+    # TF1: StopAtStepHook ends the loop after the first batch of epoch 1; the hook closes that epoch in end().
+    train_tf1(K, [ours], epochs=3, hooks=lambda: [tf.compat.v1.train.StopAtStepHook(last_step=SPE + 1)])
+    fit(K, [StopAt(), theirs], epochs=3)
+    assert_same_calls(ours.calls, theirs.calls)
+    assert [c[0] for c in ours.calls].count("on_train_end") == 1
+
+
+def test_a_raising_callback_ends_the_run_as_a_raising_hook_and_is_named(K):
+    class Boom(K.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if epoch == 1:
+                raise RuntimeError("boom")
+
+    ours, theirs = Recorder(K), Recorder(K)
+    with pytest.raises(RuntimeError, match="boom") as raised:
+        train_tf1(K, [ours, Boom()], epochs=3)
+    assert any("Raised by Boom.on_epoch_end, called by CallbackHook" in note for note in raised.value.__notes__)
+    with pytest.raises(RuntimeError, match="boom"):
+        fit(K, [theirs, Boom()], epochs=3)
+    # As under fit, which has no try/finally: no on_train_end (MonitoredSession skips end()).
+    assert_same_calls(ours.calls, theirs.calls)
+    assert "on_train_end" not in [c[0] for c in ours.calls]
+
+
+def MetricsLogger(K: Any) -> Any:
+    """A third-party logger in the shape of W&B's `WandbMetricsLogger`, with a list for the W&B run.
+
+    Written against Keras's documented callback API only: `on_batch_end` (which
+    `on_train_batch_end` calls), `on_epoch_end`, and `model.optimizer`'s
+    `learning_rate` and `iterations`.
+    """
+
+    class Logger(K.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.logged: list[dict[str, Any]] = []
+
+        def _learning_rate(self) -> float:
+            return float(np.asarray(self.model.optimizer.learning_rate))
+
+        def on_batch_end(self, batch: int, logs: Any = None) -> None:
+            step = int(np.asarray(self.model.optimizer.iterations))
+            self.logged.append(
+                {"batch/batch_step": step, "batch/learning_rate": self._learning_rate()}
+                | {f"batch/{k}": v for k, v in (logs or {}).items()}
+            )
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            self.logged.append(
+                {"epoch/epoch": epoch, "epoch/learning_rate": self._learning_rate()}
+                | {f"epoch/{k}": v for k, v in (logs or {}).items()}
+            )
+
+    return Logger()
+
+
+def test_a_third_party_logger_works_unchanged(K):
+    ours, theirs = MetricsLogger(K), MetricsLogger(K)
+    train_tf1(K, [ours], epochs=2, learning_rate="learning_rate")
+    fit(K, [theirs], epochs=2)
+    assert [sorted(row) for row in ours.logged] == [sorted(row) for row in theirs.logged]
+    for row, fit_row in zip(ours.logged, theirs.logged, strict=True):
+        np.testing.assert_allclose([row[k] for k in sorted(row)], [fit_row[k] for k in sorted(row)], rtol=2e-5)
+
+
+# -- what the stand-in refuses, and bad input ------------------------------------------------------
+
+
+def test_model_save_is_refused_naming_the_callback_and_the_way_out(tmp_path):
+    with pytest.raises(NotImplementedError, match=r"ModelCheckpoint\._save_model called model\.save") as raised:
+        train_tf1(keras, [keras.callbacks.ModelCheckpoint(str(tmp_path / "m.keras"))], epochs=1)
+    assert "save_weights_only=True" in str(raised.value)
+
+
+def test_a_rate_read_without_a_named_variable_names_the_argument(K):
+    with pytest.raises((AttributeError, ValueError)) as raised:
+        train_tf1(K, [K.callbacks.LearningRateScheduler(lambda epoch, rate: rate)], epochs=1)
+    text = "\n".join([str(raised.value), *getattr(raised.value, "__notes__", [])])
+    # The method that read it differs by version (Keras 3.15: `_update_optimizer_lr`).
+    assert "found no learning rate" in text or "no learning-rate variable was named" in text
+    assert "LearningRateScheduler." in text and "CallbackHook(..., learning_rate=" in text
+
+
+def test_bad_arguments_are_refused_in_the_constructor():
+    tf_keras = pytest.importorskip("tf_keras")
+    with pytest.raises(TypeError, match=r"CallbackHook\(callbacks=...\) received .*object"):
+        CallbackHook([object()], steps_per_epoch=1)
+    with pytest.raises(TypeError, match="Keras 3 and tf_keras callbacks together"):
+        CallbackHook([keras.callbacks.History(), tf_keras.callbacks.History()])
+    with pytest.raises(ValueError, match=r"steps_per_epoch=...\) must be a positive int; received 0"):
+        CallbackHook([], steps_per_epoch=0)
+    with pytest.raises(ValueError, match=r"mode=...\) must be one of \('train', 'eval'\); received 'predict'"):
+        CallbackHook([], mode="predict")
+    with pytest.raises(ValueError, match=r"aggregates=...\) names \['auc'\], which are not keys of logs \['loss'\]"):
+        CallbackHook([], logs={"loss": "loss"}, aggregates=["auc"])
+
+
+def test_names_that_are_not_in_the_graph_are_refused_in_begin():
+    with tf.Graph().as_default():
+        tf.compat.v1.train.get_or_create_global_step()
+        with pytest.raises(ValueError, match=r"cannot fetch logs\['loss'\] = 'loss:0'"):
+            CallbackHook([], logs={"loss": "loss"}).begin()
+        with pytest.raises(ValueError, match=r"learning_rate=...\) names 'rate', which is not a variable"):
+            CallbackHook([], learning_rate="rate").begin()
+    with tf.Graph().as_default():
+        with pytest.raises(ValueError, match="found no global step"):
+            CallbackHook([]).begin()
