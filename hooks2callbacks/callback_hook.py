@@ -358,7 +358,9 @@ class CallbackHook(_seams.SessionRunHook):
         self._rate_spec = learning_rate
         self._variable_specs = None if variables is None else list(variables)
         self._validation = validation
-        self.model: TF1Model | None = None
+        # Its counters are eager variables: made outside whatever graph is the default here.
+        with self._eager():
+            self.model = TF1Model(self)
         # The callback that read the rate when none was named, for the note on the error that follows.
         self._missing_rate: str | None = None
 
@@ -369,14 +371,18 @@ class CallbackHook(_seams.SessionRunHook):
         graph = tf.compat.v1.get_default_graph()
         self._graph = graph
         self._fetches = {key: self._element(graph, spec, f"logs[{key!r}]") for key, spec in self._log_specs.items()}
-        if tf.compat.v1.train.get_global_step(graph) is None:
+        self._global_step = tf.compat.v1.train.get_global_step(graph)
+        self._run_args = _seams.SessionRunArgs({"logs": self._fetches})
+        if self._global_step is not None:
+            # What the stock hooks fetch: the step's value before the train op increments it.
+            read = _seams.training_util._get_or_create_global_step_read(graph)  # pylint: disable=protected-access
+            self._run_args = _seams.SessionRunArgs({"logs": self._fetches, "step": read})
+        elif self.mode == "train":
             raise ValueError(
                 "CallbackHook.begin found no global step in the graph; epochs are counted in global steps. "
                 "Create one with tf.compat.v1.train.get_or_create_global_step() and pass it to "
                 "optimizer.minimize(..., global_step=...)."
             )
-        self._step_read = _seams.training_util._get_or_create_global_step_read(graph)  # pylint: disable=protected-access
-        self._global_step = tf.compat.v1.train.get_global_step(graph)
         specs = self._variable_specs
         if specs is None:
             specs = tf.compat.v1.trainable_variables()
@@ -393,9 +399,11 @@ class CallbackHook(_seams.SessionRunHook):
             self._rate_variable = rate
             self._rate_input = tf.compat.v1.placeholder(rate.dtype.base_dtype, [], name="callback_hook_rate")
             self._assign_rate = rate.assign(self._rate_input)
-        self._saver = tf.compat.v1.train.Saver(max_to_keep=None, save_relative_paths=True)
-        with self._eager():
-            self.model = TF1Model(self)
+        # A Saver of no variables is an error; save_weights then says there is nothing to save.
+        saveable = tf.compat.v1.global_variables() or tf.compat.v1.get_collection(
+            tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS
+        )
+        self._saver = tf.compat.v1.train.Saver(max_to_keep=None, save_relative_paths=True) if saveable else None
 
     def _element(self, graph: tf.Graph, spec: Any, what: str) -> Any:
         try:
@@ -431,14 +439,13 @@ class CallbackHook(_seams.SessionRunHook):
     def after_create_session(self, session: Any, coord: Any) -> None:
         """Reads the global step and starts the run: `set_model`, `set_params`, `on_train_begin`."""
         self._session = session
-        self._step = int(session.run(self._global_step))
+        self._step = 0 if self._global_step is None else int(session.run(self._global_step))
         self._means = _RunningMeans()
         self._epoch_open = False
         self._epoch_logs: dict[str, Any] | None = None
         self._batch = 0
         self._ended = False
         model = self.model
-        assert model is not None  # begin() made it; MonitoredSession calls begin() first
         model.stop_training = False
         model.stop_evaluating = False
         with self._calling("set_model/set_params"):
@@ -474,7 +481,7 @@ class CallbackHook(_seams.SessionRunHook):
         else:
             with self._calling("on_test_batch_begin"):
                 self._list.on_test_batch_begin(self._batch)
-        return _seams.SessionRunArgs({"logs": self._fetches, "step": self._step_read})
+        return self._run_args
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         """Calls the batch's end with the running means, and the epoch's end at its last batch."""
@@ -483,7 +490,6 @@ class CallbackHook(_seams.SessionRunHook):
         logs: dict[str, Any] = self._means.add(values)
         logs.update({k: _python(results["logs"][k]) for k in self._aggregates})
         model = self.model
-        assert model is not None
         if self.mode == "eval":
             self._epoch_logs = dict(logs)
             with self._calling("on_test_batch_end"):
@@ -537,7 +543,6 @@ class CallbackHook(_seams.SessionRunHook):
 
     def _sync_counters(self) -> None:
         model = self.model
-        assert model is not None
         with self._eager():
             model.optimizer.iterations.assign(self._step)
             model._train_counter.assign(self._step)  # pylint: disable=protected-access
@@ -575,6 +580,10 @@ class CallbackHook(_seams.SessionRunHook):
         path = os.fspath(filepath)
         if path.endswith(_KERAS3_WEIGHTS_SUFFIX):
             path = path[: -len(_KERAS3_WEIGHTS_SUFFIX)]
+        if self._saver is None:
+            raise ValueError(
+                f"{_caller(self)} called model.save_weights({filepath!r}), but the graph has no variables."
+            )
         with self._graph.as_default():
             self._saver.save(self._session, path, write_meta_graph=False)
 

@@ -456,3 +456,17 @@ def test_names_that_are_not_in_the_graph_are_refused_in_begin():
     with tf.Graph().as_default():
         with pytest.raises(ValueError, match="found no global step"):
             CallbackHook([]).begin()
+
+
+def test_eval_mode_needs_no_global_step_and_ends_with_the_mean_of_the_batches(K):
+    values = [np.float32(v) for v in (0.5, 1.25, 2.0)]
+    ours = Recorder(K)
+    with tf.Graph().as_default():
+        value = tf.compat.v1.placeholder(tf.float32, [], name="value")
+        loss = tf.identity(value, name="loss")
+        hook = CallbackHook([ours], logs={"loss": loss}, steps_per_epoch=len(values), mode="eval")
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            fetched = [session.run(loss, {value: v}) for v in values]
+    ends = [c for c in ours.calls if c[0] in ("on_test_batch_end", "on_test_end")]
+    expected = [float(np.mean(np.asarray(fetched[: i + 1], np.float32), dtype=np.float32)) for i in range(3)]
+    assert [c[-1]["loss"] for c in ends] == [*expected, expected[-1]]
