@@ -124,8 +124,14 @@ class _Optimizer:
 
     def __init__(self, hook: CallbackHook) -> None:
         self._hook = hook
-        # Eager, so that TensorBoard can use it as a summary step; kept at the global step.
-        self.iterations = tf.Variable(np.int64(0), trainable=False, name="iterations")
+        # Eager, so that TensorBoard can use it as a summary step; set to the global step when read.
+        self._iterations = tf.Variable(np.int64(0), trainable=False, name="iterations")
+
+    @property
+    def iterations(self) -> Any:
+        # Assigned on read only: an eager assign every step would cost more than the rest of a step's work.
+        self._iterations.assign(self._hook._step, read_value=False)  # pylint: disable=protected-access
+        return self._iterations
 
     @property
     def learning_rate(self) -> _Rate:
@@ -542,10 +548,11 @@ class CallbackHook(_seams.SessionRunHook):
     # -- what the stand-in model runs ---------------------------------------------------------------
 
     def _sync_counters(self) -> None:
-        model = self.model
-        with self._eager():
-            model.optimizer.iterations.assign(self._step)
-            model._train_counter.assign(self._step)  # pylint: disable=protected-access
+        # tf_keras's TensorBoard holds this counter (from set_model) and reads it itself; Keras 3 reads
+        # `optimizer.iterations`, which is set when read.
+        if self._keras.__name__ == "tf_keras":
+            with self._eager():
+                self.model._train_counter.assign(self._step, read_value=False)  # pylint: disable=protected-access
 
     def _session_run(self, fetches: Any, feed_dict: Any = None) -> Any:
         with self._graph.as_default():
