@@ -470,3 +470,22 @@ def test_eval_mode_needs_no_global_step_and_ends_with_the_mean_of_the_batches(K)
     ends = [c for c in ours.calls if c[0] in ("on_test_batch_end", "on_test_end")]
     expected = [float(np.mean(np.asarray(fetched[: i + 1], np.float32), dtype=np.float32)) for i in range(3)]
     assert [c[-1]["loss"] for c in ends] == [*expected, expected[-1]]
+
+
+def test_lambda_callback_sees_the_epochs_and_logs_of_fit(K):
+    def seen() -> tuple[list[Any], Any]:
+        epochs: list[Any] = []
+        return epochs, K.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: epochs.append((epoch, dict(logs))))
+
+    (ours, ours_callback), (theirs, theirs_callback) = seen(), seen()
+    train_tf1(K, [ours_callback], epochs=2)
+    fit(K, [theirs_callback], epochs=2)
+    assert [e for e, _ in ours] == [e for e, _ in theirs] == [0, 1]
+    for (_, logs), (_, fit_logs) in zip(ours, theirs, strict=True):
+        assert sorted(logs) == sorted(fit_logs)
+        np.testing.assert_allclose([logs[k] for k in sorted(logs)], [fit_logs[k] for k in sorted(logs)], rtol=2e-5)
+
+
+def test_backup_and_restore_is_refused_naming_it(tmp_path):
+    with pytest.raises(AttributeError, match=r"BackupAndRestore\.\w+ read model\.\w+ under CallbackHook"):
+        train_tf1(keras, [keras.callbacks.BackupAndRestore(str(tmp_path))], epochs=1)
