@@ -376,19 +376,20 @@ class CallbackHook(_seams.SessionRunHook):
         """Resolves the tensors and variables and builds the stand-in model's ops."""
         graph = tf.compat.v1.get_default_graph()
         self._graph = graph
-        self._fetches = {key: self._element(graph, spec, f"logs[{key!r}]") for key, spec in self._log_specs.items()}
+        self._keys = list(self._log_specs)
+        # A flat list: Session.run's fetch mappers cost per level of nesting, at every step.
+        fetches = [self._element(graph, spec, f"logs[{key!r}]") for key, spec in self._log_specs.items()]
         self._global_step = tf.compat.v1.train.get_global_step(graph)
-        self._run_args = _seams.SessionRunArgs({"logs": self._fetches})
         if self._global_step is not None:
-            # What the stock hooks fetch: the step's value before the train op increments it.
-            read = _seams.training_util._get_or_create_global_step_read(graph)  # pylint: disable=protected-access
-            self._run_args = _seams.SessionRunArgs({"logs": self._fetches, "step": read})
+            # What the stock hooks fetch: the step's value before the train op increments it; it comes last.
+            fetches.append(_seams.training_util._get_or_create_global_step_read(graph))  # pylint: disable=protected-access
         elif self.mode == "train":
             raise ValueError(
                 "CallbackHook.begin found no global step in the graph; epochs are counted in global steps. "
                 "Create one with tf.compat.v1.train.get_or_create_global_step() and pass it to "
                 "optimizer.minimize(..., global_step=...)."
             )
+        self._run_args = _seams.SessionRunArgs(fetches)
         specs = self._variable_specs
         if specs is None:
             specs = tf.compat.v1.trainable_variables()
@@ -492,9 +493,11 @@ class CallbackHook(_seams.SessionRunHook):
     def after_run(self, run_context: Any, run_values: Any) -> None:
         """Calls the batch's end with the running means, and the epoch's end at its last batch."""
         results = run_values.results
-        values = {k: v for k, v in results["logs"].items() if k not in self._aggregates}
-        logs: dict[str, Any] = self._means.add(values)
-        logs.update({k: _python(results["logs"][k]) for k in self._aggregates})
+        fetched = dict(zip(self._keys, results, strict=False))
+        logs: dict[str, Any] = self._means.add(
+            {k: v for k, v in fetched.items() if k not in self._aggregates} if self._aggregates else fetched
+        )
+        logs.update({k: _python(fetched[k]) for k in self._aggregates})
         model = self.model
         if self.mode == "eval":
             self._epoch_logs = dict(logs)
@@ -504,7 +507,7 @@ class CallbackHook(_seams.SessionRunHook):
             if model.stop_evaluating:
                 run_context.request_stop()
             return
-        self._step = int(results["step"]) + 1
+        self._step = int(results[-1]) + 1
         self._sync_counters()
         with self._calling("on_train_batch_end"):
             self._list.on_train_batch_end(self._batch, logs)
