@@ -11,7 +11,9 @@ How. A TF1 graph of the benchmarks' MLP (`--model`, Adam, fed batches of
 `EarlyStopping(monitor="loss")`, `TerminateOnNaN` and `TensorBoard` (epoch
 summaries), with `steps_per_epoch=--epoch` so that epochs end during the run; and "empty", a
 `CallbackHook` with no callbacks (the hook's own work: fetching and averaging
-the logs, the `CallbackList` calls, in an eager context).
+the logs, the `CallbackList` calls, in an eager context); and "fetch", a plain
+hook that fetches the same tensors and does nothing else (TF1's own cost of
+fetching them, as a `LoggingTensorHook` pays it).
 They take turns of `--block` steps (the order rotates each cycle), since the
 speed of a shared machine drifts by tens of percent within a second (see
 `interleaved.py`); the first `--settle` steps of each turn are left out. A
@@ -42,8 +44,22 @@ import tensorflow as tf  # noqa: E402
 
 from hooks2callbacks import CallbackHook  # noqa: E402
 
-VARIANTS = ("bare", "empty", "callbacks")
-PAIRS = (("empty", "bare"), ("callbacks", "bare"), ("callbacks", "empty"))
+VARIANTS = ("bare", "fetch", "empty", "callbacks")
+PAIRS = (("fetch", "bare"), ("empty", "bare"), ("empty", "fetch"), ("callbacks", "bare"), ("callbacks", "empty"))
+
+
+class FetchOnly(tf.compat.v1.train.SessionRunHook):
+    """Fetches what CallbackHook fetches (the log tensors and the step's read), and does nothing else."""
+
+    def begin(self) -> None:
+        from hooks2callbacks import _seams  # pylint: disable=import-outside-toplevel
+
+        graph = tf.compat.v1.get_default_graph()
+        read = _seams.training_util._get_or_create_global_step_read(graph)  # pylint: disable=protected-access
+        self._args = tf.compat.v1.train.SessionRunArgs(["loss:0", "accuracy:0", read])
+
+    def before_run(self, run_context: Any) -> Any:
+        return self._args
 
 
 def build_graph(widths: tuple[int, ...]) -> Any:
@@ -84,11 +100,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sessions, train_ops = {}, {}
         for name in VARIANTS:
             # A graph per variant (the same MLP, the same initial weights): MonitoredSession finalizes its graph.
+            # Made outside the graph: tf_keras's TensorBoard would otherwise be its TF1 one.
+            callbacks = stock_callbacks(keras, tmp) if name == "callbacks" else []
             with tf.Graph().as_default():
                 train_ops[name] = build_graph(widths)
-                callbacks = stock_callbacks(keras, tmp) if name == "callbacks" else []
                 logs = {"loss": "loss", "accuracy": "accuracy"}
-                hooks = [] if name == "bare" else [CallbackHook(callbacks, logs=logs, steps_per_epoch=args.epoch)]
+                hooks: list[Any] = []
+                if name == "fetch":
+                    hooks = [FetchOnly()]
+                elif name != "bare":
+                    hooks = [CallbackHook(callbacks, logs=logs, steps_per_epoch=args.epoch)]
                 sessions[name] = tf.compat.v1.train.MonitoredTrainingSession(hooks=hooks)
         cursor = {name: 0 for name in VARIANTS}
 

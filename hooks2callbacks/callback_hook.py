@@ -67,6 +67,14 @@ def _flavour(callbacks: Sequence[Any]) -> Any:
             continue
         tf_keras = sys.modules.get("tf_keras")
         if tf_keras is not None and isinstance(callback, tf_keras.callbacks.Callback):
+            if type(callback).__module__.endswith("callbacks_v1"):
+                # tf_keras's TensorBoard picks its TF1 class when made while a graph is the default.
+                raise TypeError(
+                    f"CallbackHook(callbacks=...) received tf_keras's TF1 {type(callback).__name__} "
+                    f"({type(callback).__module__}), which tf_keras makes when the callback is constructed "
+                    "while a TF1 graph is the default; it needs a Keras model's session. Construct it "
+                    "outside `with tf.Graph().as_default():`, where tf_keras makes its TF2 one."
+                )
             packages.add("tf_keras")
             continue
         raise TypeError(

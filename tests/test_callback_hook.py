@@ -446,6 +446,14 @@ def test_bad_arguments_are_refused_in_the_constructor():
         CallbackHook([], logs={"loss": "loss"}, aggregates=["auc"])
 
 
+def test_tf_keras_tensorboard_made_inside_a_graph_is_refused_with_the_way_out():
+    tf_keras = pytest.importorskip("tf_keras")
+    with tf.Graph().as_default():
+        board = tf_keras.callbacks.TensorBoard("logs")
+        with pytest.raises(TypeError, match=r"tf_keras's TF1 TensorBoard .*Construct it outside"):
+            CallbackHook([board])
+
+
 def test_names_that_are_not_in_the_graph_are_refused_in_begin():
     with tf.Graph().as_default():
         tf.compat.v1.train.get_or_create_global_step()
