@@ -48,6 +48,13 @@ strategy); `RefVariable._ref()` and `DType._is_ref_dtype` (`_model`, `_graph`);
 `Operation._add_control_input` (`migration._races`, ordering a read and a write that
 `check_migration`'s own TF1 graph left unordered).
 
+`CallbackHook` (`callback_hook`) relies on what Keras's callbacks read of a model, which its
+stand-in provides: tf_keras's `TensorBoard` reads `model._train_counter`, `_test_counter`,
+`_is_graph_network` and `train_tf_function`; both `TensorBoard`s `train_function` (checked on
+Keras 3.15.1 and tf_keras 2.21.0; another attribute a callback reads is an AttributeError naming
+the callback). The stand-in's learning rate sets `is_tensor_like`, which `tf.is_tensor` honours,
+so that tf_keras's `backend.get_value` reads it as a number (checked on TF 2.21.0).
+
 Not private, but a reliance on how Keras calls its own code: instance-level
 overrides for a run with batch values (the model's `train_step`/`test_step`, its
 `compute_metrics` and `compute_loss`, which record `y_pred` for the batch's tensors, its
