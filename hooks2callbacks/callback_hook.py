@@ -384,6 +384,7 @@ class CallbackHook(_seams.SessionRunHook):
         """Resolves the tensors and variables and builds the stand-in model's ops."""
         graph = tf.compat.v1.get_default_graph()
         self._graph = graph
+        self._started = False
         self._keys = list(self._log_specs)
         # A flat list: Session.run's fetch mappers cost per level of nesting, at every step.
         fetches = [self._element(graph, spec, f"logs[{key!r}]") for key, spec in self._log_specs.items()]
@@ -452,9 +453,21 @@ class CallbackHook(_seams.SessionRunHook):
     # -- the session's side -------------------------------------------------------------------------
 
     def after_create_session(self, session: Any, coord: Any) -> None:
-        """Reads the global step and starts the run: `set_model`, `set_params`, `on_train_begin`."""
+        """Reads the global step and starts the run: `set_model`, `set_params`, `on_train_begin`.
+
+        MonitoredSession calls it again when it recreates a session after an
+        `AbortedError` or `UnavailableError` (its recoverable session): the run
+        goes on, from the restored global step, without a second `on_train_begin`.
+        """
         self._session = session
         self._step = 0 if self._global_step is None else int(session.run(self._global_step))
+        if self._started:
+            if self._epoch_open and self._step // self.steps_per_epoch != self._open_epoch:
+                # Restored into another epoch: the open one is dropped (it has no end in TF1 either),
+                # and the restored step's epoch begins afresh at the next step.
+                self._epoch_open = False
+            return
+        self._started = True
         self._means = _RunningMeans()
         self._epoch_open = False
         self._epoch_logs: dict[str, Any] | None = None
@@ -488,6 +501,7 @@ class CallbackHook(_seams.SessionRunHook):
             if not self._epoch_open:
                 self._means.reset()
                 self._epoch_open = True
+                self._open_epoch = self._step // self.steps_per_epoch
                 with self._calling("on_epoch_begin"):
                     self._list.on_epoch_begin(self._step // self.steps_per_epoch)
             self._batch = self._step % self.steps_per_epoch

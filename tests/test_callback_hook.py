@@ -497,3 +497,29 @@ def test_lambda_callback_sees_the_epochs_and_logs_of_fit(K):
 def test_backup_and_restore_is_refused_naming_it(tmp_path):
     with pytest.raises(AttributeError, match=r"BackupAndRestore\.\w+ read model\.\w+ under CallbackHook"):
         train_tf1(keras, [keras.callbacks.BackupAndRestore(str(tmp_path))], epochs=1)
+
+
+def test_a_session_recreated_after_an_aborted_step_goes_on_without_a_second_train_begin(K):
+    class AbortOnce(tf.compat.v1.train.SessionRunHook):
+        """Raises AbortedError once, after the fifth run (global step 4): MonitoredSession recreates its session."""
+
+        def __init__(self) -> None:
+            self.runs = 0
+            self.aborted = False
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            # Counted here, not fetched: a fetch of the step variable races with its increment in TF1.
+            self.runs += 1
+            if self.runs == 5 and not self.aborted:
+                self.aborted = True
+                raise tf.errors.AbortedError(None, None, "preempted")
+
+    ours, abort = Recorder(K), AbortOnce()
+    train_tf1(K, [ours], epochs=2, hooks=lambda: [abort])
+    events = [c[0] for c in ours.calls]
+    assert abort.aborted
+    assert events.count("on_train_begin") == 1 and events.count("on_train_end") == 1
+    # No checkpoint to restore: the new session starts again at global step 0, so epoch 0 begins again,
+    # and the run ends after two whole epochs of the new session's steps.
+    assert [c[1] for c in ours.calls if c[0] == "on_epoch_begin"] == [0, 1, 0, 1]
+    assert [c[1] for c in ours.calls if c[0] == "on_epoch_end"] == [0, 0, 1]
