@@ -377,6 +377,11 @@ class CallbackHook(_seams.SessionRunHook):
             self.model = TF1Model(self)
         # The callback that read the rate when none was named, for the note on the error that follows.
         self._missing_rate: str | None = None
+        # The run's state, set again at each run's begin() and after_create_session().
+        self._started = False
+        self._step = 0
+        self._epoch_open = False
+        self._open_epoch = 0
 
     # -- begin(): everything that adds to the graph -------------------------------------------------
 
