@@ -318,8 +318,9 @@ def test_model_checkpoint_weights_only_writes_a_tf1_checkpoint_restore_tf1_check
 # -- evaluation, stops and faults ------------------------------------------------------------------
 
 
-def test_eval_mode_calls_test_events_as_evaluate(K):
+def test_eval_mode_calls_test_events_as_evaluate_and_tensorboard_writes_the_same(K, tmp_path):
     ours, theirs = Recorder(K), Recorder(K)
+    boards = K.callbacks.TensorBoard(str(tmp_path / "tf1")), K.callbacks.TensorBoard(str(tmp_path / "keras"))
     model = make_model(K, layer_names=TF1_NAMES)
     weights = weights_of(model)
     steps = 4
@@ -327,14 +328,21 @@ def test_eval_mode_calls_test_events_as_evaluate(K):
         tf1_mlp(weights)
         predicted = tf.argmax(graph.get_tensor_by_name("logits:0"), 1)
         accuracy = tf.reduce_mean(tf.cast(tf.equal(predicted, graph.get_tensor_by_name("y:0")), tf.float32))
-        hook = CallbackHook([ours], logs={"loss": "loss", "accuracy": accuracy}, steps_per_epoch=steps, mode="eval")
+        logs = {"loss": "loss", "accuracy": accuracy}
+        hook = CallbackHook([ours, boards[0]], logs=logs, steps_per_epoch=steps, mode="eval")
         with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
             for step in range(steps):
                 batch = slice(step * BATCH, (step + 1) * BATCH)
                 session.run("loss:0", {"x:0": _X[batch], "y:0": _Y[batch]})
-    model.evaluate(_X[: steps * BATCH], _Y[: steps * BATCH], batch_size=BATCH, verbose=0, callbacks=[theirs])
+    x, y = _X[: steps * BATCH], _Y[: steps * BATCH]
+    model.evaluate(x, y, batch_size=BATCH, verbose=0, callbacks=[theirs, boards[1]])
     assert_same_calls(ours.calls, theirs.calls)
     assert ours.calls[-1][0] == "on_test_end"
+    tf1_scalars, keras_scalars = scalars(tmp_path / "tf1" / "validation"), scalars(tmp_path / "keras" / "validation")
+    assert sorted(tf1_scalars) == sorted(keras_scalars) and tf1_scalars
+    for tag, points in tf1_scalars.items():
+        assert [s for s, _ in points] == [s for s, _ in keras_scalars[tag]]
+        np.testing.assert_allclose([v for _, v in points], [v for _, v in keras_scalars[tag]], rtol=2e-5)
 
 
 def test_a_stop_by_another_hook_closes_the_epoch_as_a_stop_in_fit(K):
