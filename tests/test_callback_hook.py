@@ -454,10 +454,10 @@ def test_bad_arguments_are_refused_in_the_constructor():
         CallbackHook([], logs={"loss": "loss"}, aggregates=["auc"])
 
 
-def test_tf_keras_tensorboard_made_inside_a_graph_is_refused_with_the_way_out():
+def test_tf_keras_tensorboard_made_inside_a_graph_is_refused_with_the_way_out(tmp_path):
     tf_keras = pytest.importorskip("tf_keras")
     with tf.Graph().as_default():
-        board = tf_keras.callbacks.TensorBoard("logs")
+        board = tf_keras.callbacks.TensorBoard(str(tmp_path))
         with pytest.raises(TypeError, match=r"tf_keras's TF1 TensorBoard .*Construct it outside"):
             CallbackHook([board])
 
