@@ -266,24 +266,28 @@ def _raising_callback(error: BaseException, callbacks: Sequence[Any]) -> str | N
 
 
 class _RunningMeans:
-    """The epoch-to-date means Keras's `Mean` metrics log: float32 total and count, reset per epoch."""
+    """The epoch-to-date means Keras's `Mean` metrics log: float32 totals and count, reset per epoch.
+
+    Each batch weighs its size, as Keras weighs the loss (`sample_weight=batch_size`) and counts a
+    mean metric's samples; without sizes, every batch weighs 1.
+    """
 
     def __init__(self) -> None:
         self.totals: dict[str, np.float32] = {}
-        self.count = 0
+        self.count = np.float32(0)
 
     def reset(self) -> None:
         self.totals = {}
-        self.count = 0
+        self.count = np.float32(0)
 
-    def add(self, values: Mapping[str, Any]) -> dict[str, float]:
-        self.count += 1
-        count = np.float32(self.count)
+    def add(self, values: Mapping[str, Any], weight: Any = 1) -> dict[str, float]:
+        weight = np.float32(weight)
+        self.count = np.float32(self.count + weight)
         means = {}
         for key, value in values.items():
-            total = np.float32(self.totals.get(key, np.float32(0)) + np.float32(value))
+            total = np.float32(self.totals.get(key, np.float32(0)) + np.float32(value) * weight)
             self.totals[key] = total
-            means[key] = float(total / count)
+            means[key] = float(total / self.count)
         return means
 
 
@@ -323,6 +327,10 @@ class CallbackHook(_seams.SessionRunHook):
             dict it returns (`{"loss": ..., "accuracy": ...}`, as `evaluate`
             returns) is added to the epoch logs as `val_loss`, `val_accuracy`.
         aggregates: Keys of `logs` passed to callbacks as fetched, not averaged.
+        batch_size: A tensor (or its name) holding each step's number of samples,
+            such as `tf.shape(x)[0]`, fetched with the logs: the running means
+            weigh each batch by it, as Keras's do. Defaults to None: every batch
+            weighs the same, which is Keras's mean for batches of equal size.
 
     Raises:
         TypeError: A callback is not a Keras callback, or the callbacks mix Keras 3
@@ -342,6 +350,7 @@ class CallbackHook(_seams.SessionRunHook):
         variables: Sequence[Any] | None = None,
         validation: Callable[[Any], Mapping[str, Any]] | None = None,
         aggregates: Sequence[str] = (),
+        batch_size: Any = None,
     ) -> None:
         self.callbacks = list(callbacks)
         self._keras = _flavour(self.callbacks)
@@ -366,6 +375,7 @@ class CallbackHook(_seams.SessionRunHook):
             )
         self._log_specs = logs
         self._aggregates = frozenset(aggregates)
+        self._batch_size_spec = batch_size
         self.steps_per_epoch = steps_per_epoch
         self.epochs = epochs
         self.mode = mode
@@ -393,6 +403,10 @@ class CallbackHook(_seams.SessionRunHook):
         self._keys = list(self._log_specs)
         # A flat list: Session.run's fetch mappers cost per level of nesting, at every step.
         fetches = [self._element(graph, spec, f"logs[{key!r}]") for key, spec in self._log_specs.items()]
+        # The batch size, where given, comes after the logs, and the step's read last.
+        self._weighted = self._batch_size_spec is not None
+        if self._weighted:
+            fetches.append(self._element(graph, self._batch_size_spec, "batch_size"))
         self._global_step = tf.compat.v1.train.get_global_step(graph)
         if self._global_step is not None:
             # What the stock hooks fetch: the step's value before the train op increments it; it comes last.
@@ -522,7 +536,8 @@ class CallbackHook(_seams.SessionRunHook):
         results = run_values.results
         fetched = dict(zip(self._keys, results, strict=False))
         logs: dict[str, Any] = self._means.add(
-            {k: v for k, v in fetched.items() if k not in self._aggregates} if self._aggregates else fetched
+            {k: v for k, v in fetched.items() if k not in self._aggregates} if self._aggregates else fetched,
+            results[len(self._keys)] if self._weighted else 1,
         )
         logs.update({k: _python(fetched[k]) for k in self._aggregates})
         model = self.model

@@ -83,6 +83,7 @@ def train_tf1(
     x: np.ndarray = _X,
     hooks: Callable[[], list[Any]] = list,
     validation: tuple[np.ndarray, np.ndarray] | None = None,
+    samples: int = SPE * BATCH,
     **hook_args: Any,
 ) -> dict[str, Any]:
     """Trains the TF1 MLP from a fresh `make_model(K)`'s weights with `CallbackHook(callbacks)`.
@@ -97,6 +98,7 @@ def train_tf1(
         labels = graph.get_tensor_by_name("y:0")
         predicted = tf.argmax(graph.get_tensor_by_name("logits:0"), 1)
         accuracy = tf.reduce_mean(tf.cast(tf.equal(predicted, labels), tf.float32))
+        tf.identity(tf.shape(labels)[0], name="batch_size")
 
         def evaluate(session: Any) -> dict[str, Any]:
             assert validation is not None
@@ -114,18 +116,25 @@ def train_tf1(
         with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook, *hooks(), final]) as session:
             step = 0
             while not session.should_stop():
-                batch = slice(step % SPE * BATCH, (step % SPE + 1) * BATCH)
+                # The epoch's first `samples` samples in batches of BATCH, as fit batches them.
+                batch = slice(step % SPE * BATCH, min((step % SPE + 1) * BATCH, samples))
                 session.run(train_op, {"x:0": x[batch], "y:0": _Y[batch]})
                 step += 1
     return final.values
 
 
 def fit(
-    K: Any, callbacks: list[Any], epochs: int, x: np.ndarray = _X, validation: Any = None, model: Any = None
+    K: Any,
+    callbacks: list[Any],
+    epochs: int,
+    x: np.ndarray = _X,
+    validation: Any = None,
+    model: Any = None,
+    samples: int = SPE * BATCH,
 ) -> Any:
     """The Keras side: the same MLP, the same first SPE batches each epoch, under `fit`."""
     model = model or make_model(K, layer_names=TF1_NAMES)
-    n = SPE * BATCH
+    n = samples
     model.fit(
         x[:n],
         _Y[:n],
@@ -171,6 +180,15 @@ def test_events_and_logs_are_those_of_fit(K):
     # Two epochs of SPE batches each, counted from the global step, as fit counts them.
     assert [c[1] for c in ours.calls if c[0] == "on_epoch_begin"] == [0, 1]
     assert [c[1] for c in ours.calls if c[0] == "on_train_batch_end"] == [*range(SPE)] * 2
+
+
+def test_batch_size_weighs_the_running_means_as_keras_does_for_a_smaller_last_batch(K):
+    # Batches of 32, 32 and 16 each epoch: Keras weighs each batch's loss by its size.
+    samples = SPE * BATCH - BATCH // 2
+    ours, theirs = Recorder(K), Recorder(K)
+    train_tf1(K, [ours], epochs=2, samples=samples, batch_size="batch_size")
+    fit(K, [theirs], epochs=2, samples=samples)
+    assert_same_calls(ours.calls, theirs.calls)
 
 
 def test_csv_logger_history_and_tensorboard_match_fit(K, tmp_path):
