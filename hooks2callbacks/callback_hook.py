@@ -304,7 +304,7 @@ class CallbackHook(_seams.SessionRunHook):
 
     Each step's `logs` are fetched in the step's own `session.run`. Callbacks see
     in batch logs the epoch's running mean of each (what Keras logs for the loss
-    and mean metrics, for batches of equal size), and the same in epoch logs; keys
+    and mean metrics; each batch weighs its `batch_size`), and the same in epoch logs; keys
     in `aggregates` hold values already aggregated (TF1's `tf.compat.v1.metrics`
     values, aggregated since the session began) and are passed as fetched.
 
