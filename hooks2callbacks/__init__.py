@@ -13,14 +13,17 @@ if TYPE_CHECKING:
     from hooks2callbacks._graph import log_tensor
     from hooks2callbacks._notebook import notebook_logging
     from hooks2callbacks.callback import HookCallback
+    from hooks2callbacks.callback_hook import CallbackHook, TF1Model
     from hooks2callbacks.migration import MigrationReport, check_migration
 
 # Each public name is imported on first use (PEP 562), so that importing the package does not import
 # TensorFlow yet: `python -m hooks2callbacks` quiets TensorFlow's start-up lines before it loads.
 _MODULES = {
     "BatchValueError": "hooks2callbacks._batch_logs",
+    "CallbackHook": "hooks2callbacks.callback_hook",
     "HookCallback": "hooks2callbacks.callback",
     "MigrationReport": "hooks2callbacks.migration",
+    "TF1Model": "hooks2callbacks.callback_hook",
     "TF1Restore": "hooks2callbacks._checkpoint",
     "UnknownLogKeyError": "hooks2callbacks._fetch",
     "check_migration": "hooks2callbacks.migration",
@@ -33,8 +36,10 @@ _MODULES = {
 }
 __all__ = [
     "BatchValueError",
+    "CallbackHook",
     "HookCallback",
     "MigrationReport",
+    "TF1Model",
     "TF1Restore",
     "UnknownLogKeyError",
     "check_migration",

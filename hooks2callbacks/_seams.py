@@ -30,6 +30,8 @@ Each seam, what it reaches, and what happens when that is missing:
   import; a third one would keep TF's own `assign`, whose error gets its note.
 * `nan_hook_loss`: `NanTensorHook._loss_tensor` (`check_migration`'s TF1 side of
   `estimator_hooks`). AttributeError.
+* `eager_outside_graph`: `context.eager_mode()`, an eager context while a (finalized) TF1 graph
+  is the default (`CallbackHook` calls Keras callbacks in it). AttributeError at the call.
 * `is_default_strategy`, and TensorFlow's private modules imported below (`context`,
   `ops`, `meta_graph`, `training_util`, `tensor_conversion_registry`,
   `resource_variable_ops`, `FileWriterCache`): ImportError at import.
@@ -45,6 +47,13 @@ strategy); `RefVariable._ref()` and `DType._is_ref_dtype` (`_model`, `_graph`);
 `FileWriterCache._lock` and `._cache` (`_runs`, closing the run's writers);
 `Operation._add_control_input` (`migration._races`, ordering a read and a write that
 `check_migration`'s own TF1 graph left unordered).
+
+`CallbackHook` (`callback_hook`) relies on what Keras's callbacks read of a model, which its
+stand-in provides: tf_keras's `TensorBoard` reads `model._train_counter`, `_test_counter`,
+`_is_graph_network` and `train_tf_function`; both `TensorBoard`s `train_function` (checked on
+Keras 3.15.1 and tf_keras 2.21.0; another attribute a callback reads is an AttributeError naming
+the callback). The stand-in's learning rate sets `is_tensor_like`, which `tf.is_tensor` honours,
+so that tf_keras's `backend.get_value` reads it as a number (checked on TF 2.21.0).
 
 Not private, but a reliance on how Keras calls its own code: instance-level
 overrides for a run with batch values (the model's `train_step`/`test_step`, its
@@ -98,6 +107,7 @@ __all__ = [
     "SessionRunHook",
     "SessionRunValues",
     "context",
+    "eager_outside_graph",
     "is_default_strategy",
     "jax_nested_tracer",
     "keras3_compile_metrics_leaves",
@@ -257,6 +267,20 @@ def jax_nested_tracer(values: Sequence[Any]) -> bool:
     import jax  # pylint: disable=import-outside-toplevel
 
     return any(isinstance(v, jax.core.Tracer) and type(v).__name__ != "DynamicJaxprTracer" for v in values)
+
+
+def eager_outside_graph() -> Any:
+    """A context manager in which TF executes eagerly, though a TF1 graph (finalized) is the default.
+
+    `CallbackHook` calls Keras callbacks from a `MonitoredSession`'s hooks, where
+    the finalized graph is the default: Keras 3's callbacks run TF2 ops
+    (`keras.ops`, `tf.summary`), and both Keras packages create eager variables and
+    summary writers, which that graph refuses ("Graph is finalized").
+    `tf.init_scope()` leaves only function graphs. `context.eager_mode()` switches
+    the thread to eager execution, so those ops run at once and add nothing to the
+    graph. Checked on TF 2.18.1 and 2.21.0; missing, an AttributeError at the call.
+    """
+    return context.eager_mode()
 
 
 def is_default_strategy(strategy: Any) -> bool:

@@ -173,3 +173,15 @@ def test_compiled_loss_keys_of_a_keras3_model_compiled_without_a_loss_and_eval_h
     # eval_loss is a metric: the evaluation's aggregate (the mean of both batches), not the batch's own
     assert seen[1]["eval_loss"] == pytest.approx(np.mean(own), rel=1e-5)
     assert seen[1]["eval_loss"] != pytest.approx(own[1], rel=1e-3)
+
+
+def test_eager_outside_graph_runs_tf2_ops_while_a_finalized_graph_is_the_default():
+    with tf.Graph().as_default() as graph:
+        graph.finalize()
+        with pytest.raises(RuntimeError, match="Graph is finalized"):
+            tf.constant(1.0)
+        with _seams.eager_outside_graph():
+            assert tf.executing_eagerly()
+            assert float(keras.ops.add(tf.constant(1.0), 1.0)) == 2.0
+        assert not tf.executing_eagerly()
+        assert graph.get_operations() == []
