@@ -119,8 +119,8 @@ from typing import Any, cast
 import keras
 import tensorflow as tf
 
-from hooks2callbacks import _runs
-from hooks2callbacks._batch import loss_keys
+from hooks2callbacks import _graph_mode, _runs
+from hooks2callbacks._batch import is_tf_keras, loss_keys
 from hooks2callbacks._cluster import GO_ON, RAISED, STOP, Cluster, cluster_of, is_default
 from hooks2callbacks._dispatch import HookRunner, Hooks, as_hook_list, is_factory, steps_per_execution
 from hooks2callbacks._graph import OP_NAME, log_key_of
@@ -435,6 +435,8 @@ class HookCallback(keras.callbacks.Callback):
             return
         self.close()
         model = self.model
+        if _graph_mode.active():  # Keras 3 gets its error here, before Keras's own obscure one
+            _graph_mode.check_model(repr(self), model, is_tf_keras(model), mode)
         self._custom = not _runs.in_keras_call(loop)
         if mode == "train" and self.optimizer is None and optimizer_of(model) is None:
             where = "a training loop" if self._custom else "fit()"
@@ -507,6 +509,10 @@ class HookCallback(keras.callbacks.Callback):
             hooks = (self.hooks, self.chief_only_hooks)
         else:
             hooks = (self.chief_only_hooks, self.hooks)
+        if _graph_mode.active():  # tf_keras's v1 loop: the hooks run in its graph and Session
+            self._reads_step = False
+            self._runner = _graph_mode.GraphModeRunner(hooks, model, mode, repr(self), loop)  # type: ignore[assignment]
+            return
         # Every process leaves the loop after the same step. tf_keras cannot stop
         # evaluate() or predict() (its loops run on), so there only training agrees;
         # Keras 3's loops (JAX) and a loop of the user's own (PyTorch) stop in any mode.
