@@ -46,6 +46,7 @@ function on the first `evaluate`, `backend.set_value`'s assign ops).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
@@ -60,6 +61,7 @@ from hooks2callbacks._seams import (
     SessionRunArgs,
     SessionRunContext,
     SessionRunValues,
+    graph_mode_on,
     tf_keras_graph_step,
     training_util,
 )
@@ -71,7 +73,7 @@ _NO_FETCHES = SessionRunArgs(None)
 
 def active() -> bool:
     """Whether TF1 graph mode is on (`tf.compat.v1.disable_eager_execution()` was called)."""
-    return not tf.compat.v1.executing_eagerly_outside_functions()
+    return graph_mode_on()
 
 
 def check_model(caller: str, model: Any, tf_keras: bool, mode: str) -> None:
@@ -152,6 +154,15 @@ def _joined_class(step_class: type[Any]) -> type[Any]:
     if joined is None:
         joined = _joined_classes[step_class] = type("HookedGraphExecutionFunction", (_JoinedStep, step_class), {})
     return joined
+
+
+_STEP_ALIASES = "hooks2callbacks_graph_mode_steps"  # the graph's global steps that name a model's iterations
+
+
+def _reads(alias: Any, variable: Any) -> bool:
+    """Whether `alias` (an identity of a variable's read) reads `variable`."""
+    read = alias.op.inputs[0]
+    return any(source is getattr(variable, "handle", None) for source in read.op.inputs)
 
 
 @contextmanager
@@ -246,17 +257,16 @@ class GraphModeRunner:
                 for source in self._sources:
                     self.hooks.extend(source() if callable(source) else source)
                 _runs.claim(self, self.hooks)
-                local_before = set(graph.get_collection(tf.compat.v1.GraphKeys.LOCAL_VARIABLES))
+                keys = (tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, tf.compat.v1.GraphKeys.LOCAL_VARIABLES)
+                before = {id(v) for key in keys for v in graph.get_collection(key)}
                 for hook in self.hooks:
                     self._call(hook, "begin")
                 # After begin(): the stock hooks' reads of the step (`global_step_read`).
                 self._step_reads.update(id(t) for t in graph.get_collection(training_util.GLOBAL_STEP_READ_KEY))
-                # Keras's get_session initializes the global variables the hooks made; their
-                # local ones (tf.compat.v1.metrics) are initialized here, as Scaffold's local_init_op did.
+                # The variables begin() made are initialized, as Scaffold's init ops did; the
+                # model's keep Keras's values (Scaffold would have reset them).
                 self.session = get_session(function.inputs)
-                made = [
-                    v for v in graph.get_collection(tf.compat.v1.GraphKeys.LOCAL_VARIABLES) if v not in local_before
-                ]
+                made = [v for key in keys for v in graph.get_collection(key) if id(v) not in before]
                 if made:
                     self.session.run(tf.compat.v1.variables_initializer(made))
                 self._step = int(self.session.run(self._global_step))
@@ -273,28 +283,46 @@ class GraphModeRunner:
         """Names the step's outputs by their log keys and makes the optimizer's step the global step."""
         graph = self.graph
         names = list(getattr(self.model, "metrics_names", None) or ())
-        for index, (name, tensor) in enumerate(zip(names, function.outputs)):
+        for index, (name, tensor) in enumerate(zip(names, function.outputs, strict=False)):
             alias = _alias(graph, name, tensor)
             self._aliases[id(tensor)] = index
             if alias is not None:
                 self._aliases[id(alias)] = index
+            else:
+                warnings.warn(
+                    f"{self.name}: the graph's op {name!r} is not this model's {name!r} (another model "
+                    f"in the same graph, or an op of yours), so a hook that fetches {name + ':0'!r} gets "
+                    f"that op, not this model's value. Fetch the model's own tensor ({tensor.name!r}), or "
+                    "give each model a graph of its own (tf_keras.backend.clear_session() between them).",
+                    UserWarning,
+                    stacklevel=5,
+                )
         optimizer = getattr(self.model, "optimizer", None)
+        iterations = getattr(optimizer, "iterations", None)  # legacy optimizers make it on first use
+        if iterations is not None:
+            self._step_reads.update({id(iterations), id(graph.as_graph_element(iterations))})
         step = tf.compat.v1.train.get_global_step(graph)
+        ours = graph.get_collection(_STEP_ALIASES)
+        if step is not None and any(step is alias for alias in ours) and not _reads(step, iterations):
+            # Our name for another model's step (an earlier model of this graph): this model's now.
+            graph.clear_collection(tf.compat.v1.GraphKeys.GLOBAL_STEP)
+            graph.clear_collection(training_util.GLOBAL_STEP_READ_KEY)
+            step = None
         if step is None:
-            iterations = getattr(optimizer, "iterations", None)  # legacy optimizers make it on first use
             if iterations is None:
                 raise RuntimeError(
                     f"{self.name}: the model has no optimizer, so there is no global step for its hooks "
                     "in TF1 graph mode. Compile the model with an optimizer (model.compile(optimizer="
                     "tf_keras.optimizers.legacy.SGD(...), loss=...))."
                 )
-            self._step_reads.update({id(iterations), id(graph.as_graph_element(iterations))})
             # Named as TF1 named it ("global_step:0", which a fetch by name reads as a value,
             # and StepCounterHook's "global_step/sec"), where the graph has no such op.
             step = _alias(graph, tf.compat.v1.GraphKeys.GLOBAL_STEP, iterations)
             if step is None:
-                step = iterations
+                with graph.as_default():
+                    step = tf.identity(iterations, name=tf.compat.v1.GraphKeys.GLOBAL_STEP)
             graph.add_to_collection(tf.compat.v1.GraphKeys.GLOBAL_STEP, step)
+            graph.add_to_collection(_STEP_ALIASES, step)
         self._global_step = step
         self._step_reads.update({id(step), id(graph.as_graph_element(step))})
 
@@ -381,7 +409,7 @@ class GraphModeRunner:
         plan = cast(_Plan, self.plan)  # _JoinedStep checked it
         flat = tf.nest.flatten(inputs, expand_composites=True)
         feed_names, arrays, connections = [], [], []
-        for tensor, value in zip(function.inputs, flat):
+        for tensor, value in zip(function.inputs, flat, strict=False):
             if value is None:
                 continue
             if tf.is_tensor(value):  # a dataset's iterator: connected, as Keras connects it
@@ -402,7 +430,8 @@ class GraphModeRunner:
         try:
             values = callable_fn(*arrays, run_metadata=plan.run_metadata)
         except tf.errors.ResourceExhaustedError as error:
-            if plan.options is not None and plan.options.report_tensor_allocations_upon_oom and hasattr(error, "add_note"):
+            asked = plan.options is not None and plan.options.report_tensor_allocations_upon_oom
+            if asked and hasattr(error, "add_note"):
                 error.add_note(
                     "HookCallback: the step ran with RunOptions(report_tensor_allocations_upon_oom=True), "
                     "asked by a hook, so TF's allocation report is in the message above."
@@ -410,7 +439,7 @@ class GraphModeRunner:
             raise
         count = len(function.outputs)
         keras_fetches = list(function.fetches)
-        for fetch, value in zip(keras_fetches, values[count : count + len(keras_fetches)]):
+        for fetch, value in zip(keras_fetches, values[count : count + len(keras_fetches)], strict=True):
             if fetch in function.fetch_callbacks:
                 function.fetch_callbacks[fetch](value)
         self.outputs = list(values[:count]) + list(values[count + len(keras_fetches) :])
@@ -452,7 +481,7 @@ class GraphModeRunner:
         values = self.outputs
         options = plan.merged
         with _sealed(self.graph):
-            for hook, planned in zip(self.hooks, plan.hooks):
+            for hook, planned in zip(self.hooks, plan.hooks, strict=True):
                 results = None
                 if planned is not None:
                     structure, leaves = planned

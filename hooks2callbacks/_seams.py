@@ -35,6 +35,9 @@ Each seam, what it reaches, and what happens when that is missing:
   `updates_op`, `feed_dict`, `fetches`, `fetch_callbacks`, `run_options`, `run_metadata` and
   `_outputs_structure` a joined step reads), `backend.get_session` and
   `BaseSession._make_callable_from_options`. RuntimeError naming graph mode and eager tf_keras.
+* `graph_mode_on`: `context.default_execution_mode`, which `disable_eager_execution()` sets
+  process-wide (true inside a `tf.Graph().as_default()` scope of an eager program too, where
+  `executing_eagerly_outside_functions()` is not). ImportError at import, with `context`.
 * `is_default_strategy`, and TensorFlow's private modules imported below (`context`,
   `ops`, `meta_graph`, `training_util`, `tensor_conversion_registry`,
   `resource_variable_ops`, `FileWriterCache`): ImportError at import.
@@ -113,6 +116,7 @@ __all__ = [
     "optimizer_micro_steps",
     "resource_variable_ops",
     "tensor_conversion_registry",
+    "graph_mode_on",
     "tf_keras_graph_step",
     "tf_keras_loss_metric",
     "tf_keras_metric_containers",
@@ -313,3 +317,12 @@ _NO_GRAPH_STEP = (
     "Run the model eagerly (without tf.compat.v1.disable_eager_execution()), or use a tf_keras "
     "of those versions."
 )
+
+
+def graph_mode_on() -> bool:
+    """Whether `tf.compat.v1.disable_eager_execution()` (or `disable_v2_behavior()`) was called.
+
+    Process-wide: False in an eager program even inside `with tf.Graph().as_default():`
+    (the adapter graph). Checked on TF 2.18.1 and 2.21.0.
+    """
+    return bool(context.default_execution_mode == context.GRAPH_MODE)

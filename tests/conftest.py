@@ -4,7 +4,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import importlib.util  # noqa: E402
+import json  # noqa: E402
 import logging  # noqa: E402
+import pathlib  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
@@ -102,3 +106,26 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         'Add them with:  pip install ".[test,backends]"  then run the tests again '
         "(the backends extra pins torch==2.13.0, this project's CPU build; elsewhere install the torch build you need)."
     )
+
+
+@pytest.fixture(scope="session")
+def graph_mode_results():
+    """`graph_mode_run.py graph`'s results: one process runs every TF1 graph-mode scenario.
+
+    Graph mode is process-wide and cannot be undone, so its scenarios share one
+    subprocess (tests/test_graph_mode.py, tests/test_invariance.py read the results).
+    """
+    if importlib.util.find_spec("tf_keras") is None:
+        pytest.skip("tf_keras is not installed: pip install '.[test]' (or tf-keras)")
+    run = pathlib.Path(__file__).parent / "graph_mode_run.py"
+    done = subprocess.run(
+        [sys.executable, str(run), "graph"],
+        cwd=run.parent,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, f"graph_mode_run.py failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    return json.loads(lines[-1][len("RESULT ") :])
