@@ -26,7 +26,8 @@ if GRAPH:
 import keras  # noqa: E402
 import tf_keras  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+# Normalized: `_runs` tells the package's frames from Keras's by their file names.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from hooks2callbacks import HookCallback  # noqa: E402
 
 train = tf.compat.v1.train
@@ -133,7 +134,7 @@ def run_keras(result: dict, logged: Lines) -> None:
     optimizer = tf_keras.optimizers.legacy.SGD(RATE) if GRAPH else tf_keras.optimizers.SGD(RATE)
     model = keras_model(tf_keras)
     model.compile(optimizer, "mse")
-    recorder = Recorder(finalized_at=1 if GRAPH else None)
+    recorder = Recorder(finalized_at=1)
     summaries = tempfile.mkdtemp()
     logged.lines.clear()
     history = model.fit(

@@ -3,7 +3,8 @@
 Every scenario runs in one subprocess (`graph_mode_run.py`, the `graph_mode_results`
 fixture), since graph mode cannot be undone. The truth is TF1 itself: the same hooks
 under a real `MonitoredSession` over the same model built in plain TF1 (same weights,
-same batches; `twin`).
+same batches; `twin`). Eager tf_keras (`_dispatch.HookRunner`) is compared too: the
+two sources of values give hooks the same calls and values.
 """
 
 from __future__ import annotations
@@ -101,3 +102,25 @@ def test_oom_report_requested_by_a_hook_is_in_the_error(graph_mode_results):
     assert message is not None
     assert "OOM when allocating tensor with shape[1099511627776]" in message
     assert "Current usage from device" in message  # TF1's allocation report
+
+
+def test_graph_mode_and_eager_tf_keras_give_hooks_the_same(graph_mode_results):
+    graph, eager = graph_mode_results["graph"], graph_mode_results["eager"]
+    for run in ("fit", "evaluate"):
+        ours = graph[run]["calls"] if run == "fit" else graph[run]
+        theirs = eager[run]["calls"] if run == "fit" else eager[run]
+        assert _calls(ours) == _calls(theirs)
+        for a, b in zip(ours, theirs, strict=True):
+            if a[0] == "after_run":
+                assert a[1] == pytest.approx(b[1], rel=1e-6) and a[5] == pytest.approx(b[5], rel=1e-6)
+                assert a[2:5] == b[2:5] and a[6:] == b[6:]
+            elif a[0] == "after_create_session":  # Keras's Session; eager's adapter session
+                assert (a[1], b[1], a[2]) == ("Session", "AdapterSession", b[2])
+            else:
+                assert a == b
+    assert [line.split(" (")[0] for line in graph["fit"]["lines"]] == [
+        line.split(" (")[0] for line in eager["fit"]["lines"]
+    ]
+    assert graph["fit"]["events"] == eager["fit"]["events"]
+    for ours_w, theirs_w in zip(graph["fit"]["weights"], eager["fit"]["weights"], strict=True):
+        np.testing.assert_allclose(ours_w, theirs_w, rtol=1e-6)
