@@ -47,6 +47,7 @@ function on the first `evaluate`, `backend.set_value`'s assign ops).
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
@@ -156,7 +157,9 @@ def _joined_class(step_class: type[Any]) -> type[Any]:
     return joined
 
 
-_STEP_ALIASES = "hooks2callbacks_graph_mode_steps"  # the graph's global steps that name a model's iterations
+# Per graph, the global steps made here (each names a model's iterations); not a graph
+# collection, which a meta-graph export would try to write.
+_STEP_ALIASES: weakref.WeakKeyDictionary[tf.Graph, list[Any]] = weakref.WeakKeyDictionary()
 
 
 def _reads(alias: Any, variable: Any) -> bool:
@@ -206,6 +209,7 @@ class GraphModeRunner:
         mode: `"train"` or `"eval"`.
         name: The callback's repr, for messages.
         loop: The frame of the Keras loop (see `_runs.loop_frame`).
+        keep_checkpoint_max: How many checkpoints the saver made for hooks keeps (None: all).
 
     Attributes:
         session: Keras's Session, which hooks get.
@@ -214,8 +218,12 @@ class GraphModeRunner:
         caller: `"HookClass.method()"` of the hook call in progress, for messages.
     """
 
-    def __init__(self, sources: Sequence[Any], model: Any, mode: str, name: str, loop: Any) -> None:
+    def __init__(
+        self, sources: Sequence[Any], model: Any, mode: str, name: str, loop: Any, keep_checkpoint_max: int | None
+    ) -> None:
         self.model = model
+        self._keep_checkpoint_max = keep_checkpoint_max
+        self._saver: Any = None
         self.name = name
         self.mode = mode
         self.caller = name
@@ -261,6 +269,7 @@ class GraphModeRunner:
                 before = {id(v) for key in keys for v in graph.get_collection(key)}
                 for hook in self.hooks:
                     self._call(hook, "begin")
+                self._make_saver()
                 # After begin(): the stock hooks' reads of the step (`global_step_read`).
                 self._step_reads.update(id(t) for t in graph.get_collection(training_util.GLOBAL_STEP_READ_KEY))
                 # The variables begin() made are initialized, as Scaffold's init ops did; the
@@ -302,7 +311,7 @@ class GraphModeRunner:
         if iterations is not None:
             self._step_reads.update({id(iterations), id(graph.as_graph_element(iterations))})
         step = tf.compat.v1.train.get_global_step(graph)
-        ours = graph.get_collection(_STEP_ALIASES)
+        ours = _STEP_ALIASES.setdefault(graph, [])
         if step is not None and any(step is alias for alias in ours) and not _reads(step, iterations):
             # Our name for another model's step (an earlier model of this graph): this model's now.
             graph.clear_collection(tf.compat.v1.GraphKeys.GLOBAL_STEP)
@@ -322,9 +331,38 @@ class GraphModeRunner:
                 with graph.as_default():
                     step = tf.identity(iterations, name=tf.compat.v1.GraphKeys.GLOBAL_STEP)
             graph.add_to_collection(tf.compat.v1.GraphKeys.GLOBAL_STEP, step)
-            graph.add_to_collection(_STEP_ALIASES, step)
+            ours.append(step)
         self._global_step = step
         self._step_reads.update({id(step), id(graph.as_graph_element(step))})
+
+    def _make_saver(self) -> None:
+        """A saver in SAVERS, where begin() left none, as MonitoredSession's Scaffold made one.
+
+        Over the graph's global variables under their graph names; the optimizer's
+        `iterations` under "global_step", the name TF1 checkpoints gave the step (which
+        `tf.train.load_variable(path, "global_step")` and Estimator read).
+        """
+        graph = self.graph
+        if graph.get_collection(tf.compat.v1.GraphKeys.SAVERS):
+            return
+        iterations = getattr(getattr(self.model, "optimizer", None), "iterations", None)
+        names: dict[str, Any] = {}
+        for variable in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+            name = variable.op.name
+            if variable is iterations and not any(
+                v.op.name == "global_step" for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+            ):
+                name = "global_step"
+            names.setdefault(name, variable)
+        saver = tf.compat.v1.train.Saver(
+            names,
+            sharded=True,
+            max_to_keep=self._keep_checkpoint_max,
+            allow_empty=True,
+            save_relative_paths=True,
+        )
+        graph.add_to_collection(tf.compat.v1.GraphKeys.SAVERS, saver)
+        self._saver = saver
 
     def before_run(self) -> None:
         """Calls every hook's `before_run` with one shared run context; plans the step's run."""
@@ -510,6 +548,9 @@ class GraphModeRunner:
             function.__class__ = self._class
             function.__dict__.pop("_hooks2callbacks_runner", None)
         self._callables.clear()
+        if self._saver is not None:  # the next run's model may differ: it makes its own
+            savers = self.graph.get_collection_ref(tf.compat.v1.GraphKeys.SAVERS)
+            savers[:] = [saver for saver in savers if saver is not self._saver]
         _runs.leave(self)
 
     def _call(self, hook: Any, method: str, *args: Any) -> Any:

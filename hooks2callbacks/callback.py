@@ -511,7 +511,9 @@ class HookCallback(keras.callbacks.Callback):
             hooks = (self.chief_only_hooks, self.hooks)
         if _graph_mode.active():  # tf_keras's v1 loop: the hooks run in its graph and Session
             self._reads_step = False
-            self._runner = _graph_mode.GraphModeRunner(hooks, model, mode, repr(self), loop)  # type: ignore[assignment]
+            self._runner = _graph_mode.GraphModeRunner(  # type: ignore[assignment]
+                hooks, model, mode, repr(self), loop, self.keep_checkpoint_max
+            )
             return
         # Every process leaves the loop after the same step. tf_keras cannot stop
         # evaluate() or predict() (its loops run on), so there only training agrees;

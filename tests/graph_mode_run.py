@@ -205,6 +205,78 @@ def run_twin(result: dict, logged: Lines) -> None:
         result["evaluate"] = evaluator.calls
 
 
+def file_hooks(directory: str):
+    """A hooks factory: CheckpointSaverHook and SummarySaverHook over the loss, as a model_fn made them."""
+
+    def make():
+        loss = tf.compat.v1.get_default_graph().get_tensor_by_name("loss:0")
+        summary = tf.compat.v1.summary.scalar("loss_summary", loss)
+        return [
+            train.CheckpointSaverHook(directory, save_steps=3),
+            train.SummarySaverHook(save_steps=2, output_dir=directory, summary_op=summary),
+        ]
+
+    return make
+
+
+def files(directory: str) -> dict:
+    tf.compat.v1.summary.FileWriterCache.get(directory).flush()
+    found = []
+    for path in sorted(glob.glob(os.path.join(directory, "events.*"))):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag == "loss_summary":
+                    found.append([int(event.step), float(value.simple_value)])
+    state = tf.train.get_checkpoint_state(directory)
+    latest = state.model_checkpoint_path
+    return {
+        "checkpoints": sorted(int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths),
+        "global_step": int(tf.train.load_variable(latest, "global_step")),
+        "kernel": tf.train.load_variable(latest, "dense/kernel").tolist(),
+        "summaries": found,
+    }
+
+
+def run_files(result: dict) -> None:
+    """Checkpoints and summaries: tf_keras in graph mode, and the twin under MonitoredSession."""
+    tf_keras.backend.clear_session()
+    model = keras_model(tf_keras)
+    model.compile(tf_keras.optimizers.legacy.SGD(RATE), "mse")
+    ours = tempfile.mkdtemp()
+    model.fit(X, Y, batch_size=2, epochs=1, shuffle=False, verbose=0, callbacks=[HookCallback(file_hooks(ours))])
+    result["files"] = files(ours)
+    result["files"]["weights"] = model.get_weights()[0].tolist()
+    # The checkpoint restores into the TF1 twin (TF1 names), and the twin's into tf_keras.
+    with tf.Graph().as_default():
+        _, _, _, _, variables = twin(np.zeros_like(KERNEL), np.ones_like(BIAS))
+        with tf.compat.v1.Session() as session:
+            tf.compat.v1.train.Saver().restore(session, tf.train.latest_checkpoint(ours))
+            result["files"]["restored_in_tf1"] = session.run(variables[0]).tolist()
+    theirs = tempfile.mkdtemp()
+    with tf.Graph().as_default():
+        x, y, _, train_op, _ = twin(KERNEL, BIAS)
+        with train.MonitoredSession(hooks=file_hooks(theirs)()) as session:
+            for i in range(0, 12, 2):
+                session.run(train_op, {x: X[i : i + 2], y: Y[i : i + 2]})
+    result["twin_files"] = files(theirs)
+    tf_keras.backend.clear_session()
+    model = keras_model(tf_keras)
+    model.compile(tf_keras.optimizers.legacy.SGD(RATE), "mse")
+
+    class Restore(train.SessionRunHook):
+        """Restores the TF1 checkpoint into the tf_keras model, by TF1 names, on Keras's Session."""
+
+        def begin(self):
+            self.saver = tf.compat.v1.train.Saver({"dense/kernel": model.layers[0].kernel})
+
+        def after_create_session(self, session, coord):
+            self.saver.restore(session, tf.train.latest_checkpoint(theirs))
+            result["files"]["restored_from_tf1"] = session.run(model.layers[0].kernel).tolist()
+
+    model.fit(X[:2], Y[:2], batch_size=2, epochs=1, verbose=0, callbacks=[HookCallback([Restore()])])
+    result["files"]["tf1_kernel"] = result["twin_files"]["kernel"]
+
+
 def run_keras3(result: dict) -> None:
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
@@ -317,6 +389,7 @@ def main() -> None:
         result["graph"], result["twin"] = graph, twin
         run_options(result)
         run_invariance(result)
+        run_files(result)
         run_keras3(result)  # last: its variables join the default graph
     else:
         eager: dict = {}

@@ -124,3 +124,21 @@ def test_graph_mode_and_eager_tf_keras_give_hooks_the_same(graph_mode_results):
     assert graph["fit"]["events"] == eager["fit"]["events"]
     for ours_w, theirs_w in zip(graph["fit"]["weights"], eager["fit"]["weights"], strict=True):
         np.testing.assert_allclose(ours_w, theirs_w, rtol=1e-6)
+
+
+def test_checkpoints_and_summaries_as_under_monitored_session(graph_mode_results):
+    ours, theirs = graph_mode_results["files"], graph_mode_results["twin_files"]
+    # CheckpointSaverHook(save_steps=3) over 6 steps: 0 (at session creation), 3, 6; TF1 names.
+    assert ours["checkpoints"] == theirs["checkpoints"] == [0, 3, 6]
+    assert ours["global_step"] == theirs["global_step"] == 6
+    np.testing.assert_allclose(ours["kernel"], theirs["kernel"], rtol=1e-6)
+    assert ours["kernel"] == ours["weights"]  # the model's weights at the last step
+    # SummarySaverHook(save_steps=2) over the loss: the same steps and the batches' own losses.
+    assert [s[0] for s in ours["summaries"]] == [s[0] for s in theirs["summaries"]] == [1, 3, 5]
+    np.testing.assert_allclose([s[1] for s in ours["summaries"]], [s[1] for s in theirs["summaries"]], rtol=1e-6)
+
+
+def test_checkpoints_restore_both_ways(graph_mode_results):
+    files = graph_mode_results["files"]
+    assert files["restored_in_tf1"] == files["kernel"]  # tf_keras's checkpoint into plain TF1
+    assert files["restored_from_tf1"] == files["tf1_kernel"]  # TF1's into tf_keras, by a hook
