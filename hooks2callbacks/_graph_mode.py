@@ -110,19 +110,18 @@ def check_model(caller: str, model: Any, tf_keras: bool, mode: str) -> None:
 class _Plan:
     """What the hooks asked of one step: extra fetches, feeds, RunOptions, and how to answer each hook."""
 
-    __slots__ = ("feeds", "hooks", "key", "merged", "options", "run_metadata", "targets", "tensors")
+    __slots__ = ("feeds", "hooks", "merged", "options", "run_metadata", "targets", "tensors")
 
     def __init__(self) -> None:
         self.tensors: list[Any] = []  # tensors fetched beyond the step's outputs
         self.targets: list[Any] = []  # ops run beyond the step's update
-        self.feeds: dict[Any, Any] = {}
+        self.feeds: dict[int, tuple[Any, Any]] = {}  # id(tensor) -> (tensor, value)
         self.options: tf.compat.v1.RunOptions | None = None  # the hooks' own, merged
         self.merged = tf.compat.v1.RunOptions()  # with the caller's (compile(options=...)): the run's
         self.run_metadata = tf.compat.v1.RunMetadata()
         # Per hook: None (results=None), or (structure, leaves), each leaf an index into the run's
         # values (outputs, then `tensors`), _STEP, or None for an op.
         self.hooks: list[tuple[Any, list[Any]] | None] = []
-        self.key: tuple[Any, ...] = ()
 
     @property
     def joins(self) -> bool:
@@ -241,6 +240,7 @@ class GraphModeRunner:
         self._step = 0
         self._step_reads: set[Any] = set()
         self._aliases: dict[Any, int] = {}
+        self._resolved: dict[int, tuple[Any, Any, Any]] = {}
 
     # -- the run -----------------------------------------------------------------
 
@@ -382,12 +382,6 @@ class GraphModeRunner:
             # The caller's RunMetadata (compile(run_metadata=...)) is the one the run fills,
             # as TF1 filled the caller's, and the hooks see that same one.
             plan.run_metadata = self._function.run_metadata
-        plan.key = (
-            tuple(t.name for t in plan.tensors),
-            tuple(op.name for op in plan.targets),
-            tuple(t.name for t in plan.feeds),
-            b"" if plan.options is None else plan.options.SerializeToString(),
-        )
         self.plan = plan
 
     def _plan_hook(
@@ -407,29 +401,47 @@ class GraphModeRunner:
             _merge_run_options(plan.options, args.options)
         for key, value in (args.feed_dict or {}).items():
             tensor = self.graph.as_graph_element(key, allow_tensor=True, allow_operation=False)
-            if tensor in plan.feeds:
+            if id(tensor) in plan.feeds:  # graph tensors are unhashable in TF2: keyed by id
                 # MonitoredSession's own words (`_HookedSession._call_hook_before_run`).
                 raise RuntimeError(f"Same tensor is fed by two hooks: {tensor.name} (in {where}).")
-            plan.feeds[tensor] = value
+            plan.feeds[id(tensor)] = (tensor, value)
         if args.fetches is None:
             return None
         leaves = []
         for fetch in tf.nest.flatten(args.fetches):
-            element = self._element(fetch, where)
-            if id(element) in self._step_reads or id(fetch) in self._step_reads:
-                leaves.append(_STEP)
-            elif isinstance(element, tf.Operation):
-                if element not in plan.targets:
+            kind, element = self._resolve(fetch, where)
+            if kind is _STEP or kind == "alias":
+                leaves.append(_STEP if kind is _STEP else element)
+            elif kind == "op":
+                if all(op is not element for op in plan.targets):
                     plan.targets.append(element)
                 leaves.append(None)
-            elif id(element) in self._aliases:
-                leaves.append(self._aliases[id(element)])
             else:
                 if id(element) not in indices:
                     indices[id(element)] = outputs + len(plan.tensors)
                     plan.tensors.append(element)
                 leaves.append(indices[id(element)])
         return args.fetches, leaves
+
+    def _resolve(self, fetch: Any, where: str) -> tuple[Any, Any]:
+        """What a fetch is: the step, a step output's index, an op or a tensor; memoized per run.
+
+        The stock hooks fetch the same objects every step, so a step looks each up once.
+        """
+        known = self._resolved.get(id(fetch))
+        if known is not None and known[0] is fetch:
+            return known[1], known[2]
+        element = self._element(fetch, where)
+        if id(element) in self._step_reads or id(fetch) in self._step_reads:
+            kind, value = _STEP, None
+        elif isinstance(element, tf.Operation):
+            kind, value = "op", element
+        elif id(element) in self._aliases:
+            kind, value = "alias", self._aliases[id(element)]
+        else:
+            kind, value = "tensor", element
+        self._resolved[id(fetch)] = (fetch, kind, value)  # the fetch held: its id stays its own
+        return kind, value
 
     def _element(self, fetch: Any, where: str) -> Any:
         try:
@@ -458,10 +470,16 @@ class GraphModeRunner:
         for key, value in (function.feed_dict or {}).items():  # compile(feed_dict=...)
             feed_names.append(key.name)
             arrays.append(np.asarray(value, dtype=key.dtype.as_numpy_dtype))
-        for key, value in plan.feeds.items():
-            feed_names.append(key.name)
-            arrays.append(np.asarray(value, dtype=key.dtype.as_numpy_dtype))
-        key = (tuple(feed_names), tuple(id(v) for v, _ in connections), plan.key)
+        for tensor, value in plan.feeds.values():
+            feed_names.append(tensor.name)
+            arrays.append(np.asarray(value, dtype=tensor.dtype.as_numpy_dtype))
+        key = (
+            tuple(feed_names),
+            tuple(id(v) for v, _ in connections),
+            tuple(t.name for t in plan.tensors),
+            tuple(op.name for op in plan.targets),
+            b"" if plan.options is None else plan.options.SerializeToString(),
+        )
         callable_fn = self._callables.get(key)
         if callable_fn is None:
             callable_fn = self._callables[key] = self._make_callable(function, feed_names, connections, plan)

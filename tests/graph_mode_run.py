@@ -68,6 +68,8 @@ class Recorder(train.SessionRunHook):
         self.double = graph.get_tensor_by_name("loss:0") * 2.0  # derived: joins the step's run
         self.count = tf.compat.v1.Variable(0, name="recorder_count", trainable=False, use_resource=False)
         self.bump = tf.compat.v1.assign_add(self.count, 1)
+        self.fed = tf.compat.v1.placeholder(tf.float32, [], name="recorder_fed")
+        self.fed_twice = self.fed * 2.0
 
     def after_create_session(self, session, coord) -> None:
         self.calls.append(["after_create_session", type(session).__name__, int(session.run(self.count))])
@@ -80,7 +82,10 @@ class Recorder(train.SessionRunHook):
                 self.calls.append(["built an op"])
             except RuntimeError as error:
                 self.calls.append(["refused", str(error)])
-        return train.SessionRunArgs({"loss": "loss:0", "step": self.step, "double": self.double, "bump": self.bump})
+        return train.SessionRunArgs(
+            {"loss": "loss:0", "step": self.step, "double": self.double, "bump": self.bump, "fed": self.fed_twice},
+            feed_dict={self.fed: float(self.seen)},
+        )
 
     def after_run(self, run_context, run_values) -> None:
         results = run_values.results
@@ -96,6 +101,7 @@ class Recorder(train.SessionRunHook):
                 results["bump"] is None,
                 int(run_context.session.run(self.step)),  # the step now: the stale one plus one
                 int(run_context.session.run(self.count)),
+                float(results["fed"]),  # the hook's feed, fed in the step's run
             ]
         )
 
@@ -277,6 +283,16 @@ def run_files(result: dict) -> None:
     result["files"]["tf1_kernel"] = result["twin_files"]["kernel"]
 
 
+def run_predict(result: dict) -> None:
+    model = keras_model(tf_keras)
+    model.compile(tf_keras.optimizers.legacy.SGD(RATE), "mse")
+    try:
+        model.predict(X, verbose=0, callbacks=[HookCallback([Recorder()], mode="predict")])
+        result["predict"] = None
+    except RuntimeError as error:
+        result["predict"] = str(error)
+
+
 def run_keras3(result: dict) -> None:
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
@@ -390,6 +406,7 @@ def main() -> None:
         run_options(result)
         run_invariance(result)
         run_files(result)
+        run_predict(result)
         run_keras3(result)  # last: its variables join the default graph
     else:
         eager: dict = {}

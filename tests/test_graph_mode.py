@@ -23,6 +23,13 @@ def test_keras3_in_graph_mode_gets_a_clear_error(graph_mode_results):
     assert "HookCallback(mode='train', hooks=[StopAtStepHook])" in message
 
 
+def test_predict_hooks_in_graph_mode_are_refused_naming_the_way_out(graph_mode_results):
+    message = graph_mode_results["predict"]
+    assert message is not None
+    assert "hooks in predict() are not supported in TF1 graph mode yet" in message
+    assert "without HookCallback" in message and "eagerly" in message
+
+
 def _calls(result):
     return [call[0] for call in result]
 
@@ -48,6 +55,7 @@ def test_fit_gives_each_step_its_own_values_as_tf1(graph_mode_results):
         assert a[5] == pytest.approx(b[5], rel=1e-6)
         assert a[6] is b[6] is False
         assert a[7:] == b[7:]
+        assert a[9] == 2.0 * index  # the hook's feed of its own placeholder
         # The global step, stale: TF1's fetch of the variable beside its update is unordered
         # (tf1-contract, fifth round), so TF1 saw the stale value or the new one.
         assert a[3] == index and a[4] == b[4] == "int64"
