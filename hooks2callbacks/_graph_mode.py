@@ -156,6 +156,9 @@ def _joined_class(step_class: type[Any]) -> type[Any]:
     return joined
 
 
+# Per graph, the saver made for the last run and the variables it saves (`_make_saver`).
+_SAVERS: weakref.WeakKeyDictionary[tf.Graph, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+
 # Per graph, the global steps made here (each names a model's iterations); not a graph
 # collection, which a meta-graph export would try to write.
 _STEP_ALIASES: weakref.WeakKeyDictionary[tf.Graph, list[Any]] = weakref.WeakKeyDictionary()
@@ -345,6 +348,15 @@ class GraphModeRunner:
         graph = self.graph
         if graph.get_collection(tf.compat.v1.GraphKeys.SAVERS):
             return
+        variables = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+        key = (tuple(id(v) for v in variables), self._keep_checkpoint_max)
+        cached = _SAVERS.get(graph)
+        if cached is not None and cached[0] == key:
+            # The same variables as the last run's: its saver, not a new set of save ops per fit().
+            saver = cached[1]
+            graph.add_to_collection(tf.compat.v1.GraphKeys.SAVERS, saver)
+            self._saver = saver
+            return
         iterations = getattr(getattr(self.model, "optimizer", None), "iterations", None)
         names: dict[str, Any] = {}
         for variable in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
@@ -362,6 +374,7 @@ class GraphModeRunner:
             save_relative_paths=True,
         )
         graph.add_to_collection(tf.compat.v1.GraphKeys.SAVERS, saver)
+        _SAVERS[graph] = (key, saver)
         self._saver = saver
 
     def before_run(self) -> None:
