@@ -69,6 +69,7 @@ from hooks2callbacks._seams import (
 
 _FUNCTION = {"train": "train_function", "eval": "test_function"}
 _STEP = object()  # a fetch answered with the stale global step
+_SINGLE = object()  # the structure of a fetch that is one leaf
 _NO_FETCHES = SessionRunArgs(None)
 
 
@@ -421,7 +422,9 @@ class GraphModeRunner:
         if args.fetches is None:
             return None
         leaves = []
-        for fetch in tf.nest.flatten(args.fetches):
+        # A single fetch (most stock hooks') needs no flattening, nor packing in after_run.
+        nested = tf.nest.is_nested(args.fetches)
+        for fetch in tf.nest.flatten(args.fetches) if nested else (args.fetches,):
             kind, element = self._resolve(fetch, where)
             if kind is _STEP or kind == "alias":
                 leaves.append(_STEP if kind is _STEP else element)
@@ -434,7 +437,7 @@ class GraphModeRunner:
                     indices[id(element)] = outputs + len(plan.tensors)
                     plan.tensors.append(element)
                 leaves.append(indices[id(element)])
-        return args.fetches, leaves
+        return (args.fetches if nested else _SINGLE), leaves
 
     def _resolve(self, fetch: Any, where: str) -> tuple[Any, Any]:
         """What a fetch is: the step, a step output's index, an op or a tensor; memoized per run.
@@ -555,7 +558,7 @@ class GraphModeRunner:
                 if planned is not None:
                     structure, leaves = planned
                     answered = [stale if leaf is _STEP else None if leaf is None else values[leaf] for leaf in leaves]
-                    results = tf.nest.pack_sequence_as(structure, answered)
+                    results = answered[0] if structure is _SINGLE else tf.nest.pack_sequence_as(structure, answered)
                 self._call(hook, "after_run", context, SessionRunValues(results, options, plan.run_metadata))
         if self.mode == "train":
             self._step += 1
