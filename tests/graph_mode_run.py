@@ -28,7 +28,7 @@ import tf_keras  # noqa: E402
 
 # Normalized: `_runs` tells the package's frames from Keras's by their file names.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from hooks2callbacks import HookCallback  # noqa: E402
+from hooks2callbacks import HookCallback, estimator_hooks, log_tensor  # noqa: E402
 
 train = tf.compat.v1.train
 RATE = 0.1
@@ -215,8 +215,7 @@ def file_hooks(directory: str):
     """A hooks factory: CheckpointSaverHook and SummarySaverHook over the loss, as a model_fn made them."""
 
     def make():
-        loss = tf.compat.v1.get_default_graph().get_tensor_by_name("loss:0")
-        summary = tf.compat.v1.summary.scalar("loss_summary", loss)
+        summary = tf.compat.v1.summary.scalar("loss_summary", log_tensor("loss"))  # the graph's "loss:0"
         return [
             train.CheckpointSaverHook(directory, save_steps=3),
             train.SummarySaverHook(save_steps=2, output_dir=directory, summary_op=summary),
@@ -291,6 +290,14 @@ def run_predict(result: dict) -> None:
         result["predict"] = None
     except RuntimeError as error:
         result["predict"] = str(error)
+
+
+def run_estimator_hooks(result: dict) -> None:
+    try:
+        estimator_hooks(tempfile.mkdtemp())
+        result["estimator_hooks"] = None
+    except RuntimeError as error:
+        result["estimator_hooks"] = str(error)
 
 
 def run_keras3(result: dict) -> None:
@@ -407,6 +414,7 @@ def main() -> None:
         run_invariance(result)
         run_files(result)
         run_predict(result)
+        run_estimator_hooks(result)
         run_keras3(result)  # last: its variables join the default graph
     else:
         eager: dict = {}

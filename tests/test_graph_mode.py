@@ -30,6 +30,12 @@ def test_predict_hooks_in_graph_mode_are_refused_naming_the_way_out(graph_mode_r
     assert "without HookCallback" in message and "eagerly" in message
 
 
+def test_estimator_hooks_in_graph_mode_are_refused_naming_the_hooks_to_use(graph_mode_results):
+    message = graph_mode_results["estimator_hooks"]
+    assert message is not None
+    assert "not supported in TF1 graph mode" in message and "CheckpointSaverHook(model_dir" in message
+
+
 def _calls(result):
     return [call[0] for call in result]
 
