@@ -173,3 +173,19 @@ def test_compiled_loss_keys_of_a_keras3_model_compiled_without_a_loss_and_eval_h
     # eval_loss is a metric: the evaluation's aggregate (the mean of both batches), not the batch's own
     assert seen[1]["eval_loss"] == pytest.approx(np.mean(own), rel=1e-5)
     assert seen[1]["eval_loss"] != pytest.approx(own[1], rel=1e-3)
+
+
+def test_graph_mode_on_is_process_wide_not_the_default_graph():
+    # Eager here (graph mode itself is tested in a subprocess: tests/test_graph_mode.py).
+    assert _seams.graph_mode_on() is False
+    with tf.Graph().as_default():  # the adapter graph's situation: still not graph mode
+        assert not tf.compat.v1.executing_eagerly_outside_functions()
+        assert _seams.graph_mode_on() is False
+
+
+def test_tf_keras_graph_step_is_the_class_of_graph_mode_steps_and_keras_get_session():
+    pytest.importorskip("tf_keras")
+    step_class, get_session = _seams.tf_keras_graph_step()
+    assert step_class.__name__ == "GraphExecutionFunction" and callable(step_class.__call__)
+    assert {"inputs", "outputs", "updates_op"} <= set(step_class.__init__.__code__.co_names)
+    assert callable(get_session)
