@@ -286,8 +286,9 @@ class GraphModeRunner:
             self._class = type(function)
             function.__class__ = _joined_class(self._class)
             function._hooks2callbacks_runner = self  # pylint: disable=protected-access
-            for hook in self.hooks:
-                self._call(hook, "after_create_session", self.session, self._coord)
+            with graph.as_default(), _sealed(graph):
+                for hook in self.hooks:
+                    self._call(hook, "after_create_session", self.session, self._coord)
         except BaseException:
             self.close()
             raise

@@ -43,6 +43,11 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
     call hooks.end(session)                 # eval: log keys give evaluate()'s results
     close session, flush summary writers, give the model its own train_function
 
+In TF1 graph mode (tf_keras after `tf.compat.v1.disable_eager_execution()`), the hooks
+run in Keras's own graph and Session instead, their requests joining the step's own
+`Session.run` (`hooks2callbacks._graph_mode`, whose docstring has its mapping); a Keras 3
+model there is refused at on_train_begin.
+
 The hooks of a run are, in one process, `chief_only_hooks` then `hooks`; across
 several processes (tf.distribute workers, JAX processes, torch.distributed ranks;
 see `_cluster`), `hooks` then, on the chief only, `chief_only_hooks`: the orders
