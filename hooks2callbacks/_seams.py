@@ -290,7 +290,7 @@ def nan_hook_loss(hook: Any, loss: Any) -> None:
 def tf_keras_graph_step() -> tuple[type[Any], Any]:
     """tf_keras's graph-mode step function class and its `get_session`, for `_graph_mode`.
 
-    Checked on tf_keras 2.15 and 2.21: `tf_keras.src.backend.GraphExecutionFunction` is what
+    Checked on tf_keras 2.21.0 (the floor, 2.18, not yet): `tf_keras.src.backend.GraphExecutionFunction` is what
     `model.train_function` and `model.test_function` are under `disable_eager_execution()`, and
     `get_session(inputs)` the Session they run in.
 
@@ -313,7 +313,7 @@ def tf_keras_graph_step() -> tuple[type[Any], Any]:
 
 _NO_GRAPH_STEP = (
     "HookCallback: this tf_keras has no tf_keras.src.backend.GraphExecutionFunction or get_session, "
-    "through which HookCallback runs hooks in TF1 graph mode (checked on tf_keras 2.15 to 2.21). "
+    "through which HookCallback runs hooks in TF1 graph mode (checked on tf_keras 2.21). "
     "Run the model eagerly (without tf.compat.v1.disable_eager_execution()), or use a tf_keras "
     "of those versions."
 )
@@ -323,6 +323,6 @@ def graph_mode_on() -> bool:
     """Whether `tf.compat.v1.disable_eager_execution()` (or `disable_v2_behavior()`) was called.
 
     Process-wide: False in an eager program even inside `with tf.Graph().as_default():`
-    (the adapter graph). Checked on TF 2.18.1 and 2.21.0.
+    (the adapter graph). Checked on TF 2.21.0 (the floor, 2.18, not yet).
     """
     return bool(context.default_execution_mode == context.GRAPH_MODE)
