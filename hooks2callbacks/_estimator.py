@@ -46,7 +46,7 @@ from hooks2callbacks._checkpoint import check_assignment_map, install_saver, res
 from hooks2callbacks._graph import OP_NAME, AdapterGraph, log_tensor
 from hooks2callbacks._keras_state import global_step_of
 from hooks2callbacks._model import outside_strategy
-from hooks2callbacks._seams import context
+from hooks2callbacks._seams import context, graph_mode_on
 
 _T = tf.compat.v1.train
 _KEYS = tf.compat.v1.GraphKeys
@@ -492,7 +492,16 @@ def estimator_hooks(
             `name` is given in train mode, or `assignment_map` in eval mode;
             `assignment_map` is not a dict of str.
         TypeError: `model_dir` is not a path, or `name` not a str.
+        RuntimeError: Called in TF1 graph mode (not supported there yet).
     """
+    if graph_mode_on():
+        raise RuntimeError(
+            "estimator_hooks() is not supported in TF1 graph mode (tf.compat.v1.disable_eager_execution()) "
+            "yet. Pass the stock hooks it would add to HookCallback yourself: CheckpointSaverHook(model_dir, "
+            "save_steps=...), SummarySaverHook over log_tensor('loss') in a hooks factory, "
+            "StepCounterHook(output_dir=model_dir), NanTensorHook('loss:0') and LoggingTensorHook(['loss'], "
+            "every_n_iter=...); or run the model eagerly."
+        )
     if not isinstance(model_dir, (str, os.PathLike)):
         raise TypeError(f"estimator_hooks(model_dir=...) takes a directory path, got {model_dir!r}.")
     model_dir = os.fspath(model_dir)

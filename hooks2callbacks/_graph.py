@@ -53,7 +53,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from hooks2callbacks._seams import context, meta_graph, ops, training_util
+from hooks2callbacks._seams import context, graph_mode_on, meta_graph, ops, training_util
 from hooks2callbacks._tensors import placeholder_dtype, root_of
 
 # Names TF accepts for an op; anything else cannot be a graph lookup anyway.
@@ -459,9 +459,23 @@ def log_tensor(key: str) -> tf.Tensor:
     Raises:
         RuntimeError: Called outside a run of `HookCallback` (the default graph
             is not an adapter graph).
-        ValueError: `key` is not a usable tensor name.
+        ValueError: `key` is not a usable tensor name; in TF1 graph mode, the
+            model's graph has no tensor of that name (there `log_tensor` is the
+            graph's own tensor: the loss as `"loss"`, the metrics by their log keys).
     """
     graph = ops.get_default_graph()
+    if not isinstance(graph, AdapterGraph) and graph_mode_on():
+        # TF1 graph mode (`_graph_mode`): the model's own graph, where HookCallback names
+        # the loss "loss" and each metric by its log key.
+        try:
+            return graph.get_tensor_by_name(f"{log_key_of(key)}:0")
+        except (KeyError, ValueError) as error:
+            raise ValueError(
+                f"log_tensor({key!r}): in TF1 graph mode the model's graph has no tensor named "
+                f"{key!r}. HookCallback names the loss 'loss' and each metric by its log key "
+                "(model.metrics_names) at the start of each run; call log_tensor in a hooks "
+                "factory or a hook's begin()."
+            ) from error
     if not isinstance(graph, AdapterGraph):
         raise RuntimeError(
             f"log_tensor({key!r}) was called outside HookCallback: the default graph is not an "

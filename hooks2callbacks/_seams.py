@@ -32,6 +32,14 @@ Each seam, what it reaches, and what happens when that is missing:
   `estimator_hooks`). AttributeError.
 * `eager_outside_graph`: `context.eager_mode()`, an eager context while a (finalized) TF1 graph
   is the default (`CallbackHook` calls Keras callbacks in it). AttributeError at the call.
+* `tf_keras_graph_step`: in TF1 graph mode (`_graph_mode`), tf_keras's `backend.GraphExecutionFunction`
+  (the model's `train_function`/`test_function`, whose attributes `inputs`, `outputs`,
+  `updates_op`, `feed_dict`, `fetches`, `fetch_callbacks`, `run_options`, `run_metadata` and
+  `_outputs_structure` a joined step reads), `backend.get_session` and
+  `BaseSession._make_callable_from_options`. RuntimeError naming graph mode and eager tf_keras.
+* `graph_mode_on`: `context.default_execution_mode`, which `disable_eager_execution()` sets
+  process-wide (true inside a `tf.Graph().as_default()` scope of an eager program too, where
+  `executing_eagerly_outside_functions()` is not). ImportError at import, with `context`.
 * `is_default_strategy`, and TensorFlow's private modules imported below (`context`,
   `ops`, `meta_graph`, `training_util`, `tensor_conversion_registry`,
   `resource_variable_ops`, `FileWriterCache`): ImportError at import.
@@ -118,6 +126,8 @@ __all__ = [
     "optimizer_micro_steps",
     "resource_variable_ops",
     "tensor_conversion_registry",
+    "graph_mode_on",
+    "tf_keras_graph_step",
     "tf_keras_loss_metric",
     "tf_keras_metric_containers",
     "tf_keras_test_runner",
@@ -299,3 +309,44 @@ def nan_hook_loss(hook: Any, loss: Any) -> None:
     if not hasattr(hook, "_loss_tensor"):
         raise AttributeError(f"{type(hook).__name__} has no _loss_tensor on this TensorFlow")
     hook._loss_tensor = loss  # pylint: disable=protected-access
+
+
+def tf_keras_graph_step() -> tuple[type[Any], Any]:
+    """tf_keras's graph-mode step function class and its `get_session`, for `_graph_mode`.
+
+    Checked on tf_keras 2.21.0 (the floor, 2.18, not yet): `tf_keras.src.backend.GraphExecutionFunction` is what
+    `model.train_function` and `model.test_function` are under `disable_eager_execution()`, and
+    `get_session(inputs)` the Session they run in.
+
+    Returns:
+        `(GraphExecutionFunction, get_session)`.
+
+    Raises:
+        RuntimeError: This tf_keras has neither, so HookCallback cannot run hooks in its graph mode.
+    """
+    try:
+        from tf_keras.src import backend  # pylint: disable=import-outside-toplevel
+    except ImportError as error:
+        raise RuntimeError(_NO_GRAPH_STEP) from error
+    step_class = getattr(backend, "GraphExecutionFunction", None)
+    get_session = getattr(backend, "get_session", None)
+    if step_class is None or get_session is None:
+        raise RuntimeError(_NO_GRAPH_STEP)
+    return step_class, get_session
+
+
+_NO_GRAPH_STEP = (
+    "HookCallback: this tf_keras has no tf_keras.src.backend.GraphExecutionFunction or get_session, "
+    "through which HookCallback runs hooks in TF1 graph mode (checked on tf_keras 2.21). "
+    "Run the model eagerly (without tf.compat.v1.disable_eager_execution()), or use a tf_keras "
+    "of those versions."
+)
+
+
+def graph_mode_on() -> bool:
+    """Whether `tf.compat.v1.disable_eager_execution()` (or `disable_v2_behavior()`) was called.
+
+    Process-wide: False in an eager program even inside `with tf.Graph().as_default():`
+    (the adapter graph). Checked on TF 2.21.0 (the floor, 2.18, not yet).
+    """
+    return bool(context.default_execution_mode == context.GRAPH_MODE)

@@ -3,7 +3,8 @@
 * `CheckpointSaverHook` gets a saver of the Keras model (`hooks2callbacks._checkpoint`).
 * `ProfilerHook` and `FeedFnHook` cannot work in Keras and are refused when the
   hooks are given, with what to use instead; so are tfdbg's hooks, and a
-  `CheckpointSaverHook` given a TF1 saver of its own.
+  `CheckpointSaverHook` given a TF1 saver of its own. `ProfilerHook` runs in TF1
+  graph mode (`_graph_mode`), where each step is a Session.run.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import tensorflow as tf
 
 from hooks2callbacks._checkpoint import KerasSaver
+from hooks2callbacks._seams import graph_mode_on
 
 
 def refusal(hook: Any) -> str | None:
@@ -34,7 +36,8 @@ def refusal(hook: Any) -> str | None:
             'tensor_debug_mode="FULL_HEALTH") before fit(), and read the dump with '
             "TensorBoard's Debugger V2."
         )
-    if isinstance(hook, train.ProfilerHook):
+    # In TF1 graph mode (tf_keras's v1 loop) each step is a Session.run that reports step stats.
+    if isinstance(hook, train.ProfilerHook) and not graph_mode_on():
         return (
             "a ProfilerHook. It writes its trace from RunMetadata.step_stats of a TF1 "
             "Session.run, and Keras's compiled steps report no step stats in TF2, so its "

@@ -43,6 +43,11 @@ uses the `on_test_*` events, "predict" the `on_predict_*` events):
     call hooks.end(session)                 # eval: log keys give evaluate()'s results
     close session, flush summary writers, give the model its own train_function
 
+In TF1 graph mode (tf_keras after `tf.compat.v1.disable_eager_execution()`), the hooks
+run in Keras's own graph and Session instead, their requests joining the step's own
+`Session.run` (`hooks2callbacks._graph_mode`, whose docstring has its mapping); a Keras 3
+model there is refused at on_train_begin.
+
 The hooks of a run are, in one process, `chief_only_hooks` then `hooks`; across
 several processes (tf.distribute workers, JAX processes, torch.distributed ranks;
 see `_cluster`), `hooks` then, on the chief only, `chief_only_hooks`: the orders
@@ -119,10 +124,11 @@ from typing import Any, cast
 import keras
 import tensorflow as tf
 
-from hooks2callbacks import _runs
+from hooks2callbacks import _graph_mode, _runs
 from hooks2callbacks._batch import loss_keys
 from hooks2callbacks._cluster import GO_ON, RAISED, STOP, Cluster, cluster_of, is_default
 from hooks2callbacks._dispatch import HookRunner
+from hooks2callbacks._flavours import is_tf_keras
 from hooks2callbacks._graph import OP_NAME, log_key_of
 from hooks2callbacks._hook_list import Hooks, as_hook_list, is_factory, steps_per_execution
 from hooks2callbacks._keras_state import (
@@ -436,6 +442,8 @@ class HookCallback(keras.callbacks.Callback):
             return
         self.close()
         model = self.model
+        if _graph_mode.active():  # Keras 3 gets its error here, before Keras's own obscure one
+            _graph_mode.check_model(repr(self), model, is_tf_keras(model), mode)
         self._custom = not _runs.in_keras_call(loop)
         if mode == "train" and self.optimizer is None and optimizer_of(model) is None:
             where = "a training loop" if self._custom else "fit()"
@@ -508,6 +516,12 @@ class HookCallback(keras.callbacks.Callback):
             hooks = (self.hooks, self.chief_only_hooks)
         else:
             hooks = (self.chief_only_hooks, self.hooks)
+        if _graph_mode.active():  # tf_keras's v1 loop: the hooks run in its graph and Session
+            self._reads_step = False
+            self._runner = _graph_mode.GraphModeRunner(  # type: ignore[assignment]
+                hooks, model, mode, repr(self), loop, self.keep_checkpoint_max
+            )
+            return
         # Every process leaves the loop after the same step. tf_keras cannot stop
         # evaluate() or predict() (its loops run on), so there only training agrees;
         # Keras 3's loops (JAX) and a loop of the user's own (PyTorch) stop in any mode.

@@ -4,7 +4,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import importlib.util  # noqa: E402
+import json  # noqa: E402
 import logging  # noqa: E402
+import pathlib  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
@@ -102,3 +106,38 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         'Add them with:  pip install ".[test,backends]"  then run the tests again '
         "(the backends extra pins torch==2.13.0, this project's CPU build; elsewhere install the torch build you need)."
     )
+
+
+@pytest.fixture(scope="session")
+def graph_mode_results():
+    """`graph_mode_run.py`'s results: TF1 graph mode's scenarios in one process, eager tf_keras's in another.
+
+    Graph mode is process-wide and cannot be undone, so its scenarios share one
+    subprocess (tests/test_graph_mode.py, tests/test_invariance.py read the results);
+    the eager run, for comparison, runs beside it.
+    """
+    if importlib.util.find_spec("tf_keras") is None:
+        pytest.skip("tf_keras is not installed: pip install '.[test]' (or tf-keras)")
+    run = pathlib.Path(__file__).parent / "graph_mode_run.py"
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(run), mode],
+            cwd=run.parent,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for mode in ("graph", "eager")
+    ]
+    results: dict = {}
+    for process in processes:
+        try:
+            out, err = process.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+        assert process.returncode == 0 and lines, f"{process.args} failed:\n{out[-4000:]}\n{err[-4000:]}"
+        results.update(json.loads(lines[-1][len("RESULT ") :]))
+    return results

@@ -679,3 +679,11 @@ def test_the_graph_check_sees_a_control_output_and_an_input_added():
     assert step_graph.changes(graph(keras_like), graph(reads_y)) == []
     found = step_graph.changes(graph(keras_like), graph(depends_on_y))
     assert any(line.startswith("gained a control output: /BiasAdd") for line in found), found
+
+
+@pytest.mark.slow
+def test_tf1_graph_mode_fit_is_untouched(graph_mode_results):
+    """tf_keras under disable_eager_execution(), with dropout and momentum, seeded: the same
+    weights to the bit with and without HookCallback, whose hooks join the step's Session.run."""
+    unhooked, hooked = graph_mode_results["invariance"]
+    assert hooked == unhooked

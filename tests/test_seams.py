@@ -185,3 +185,19 @@ def test_eager_outside_graph_runs_tf2_ops_while_a_finalized_graph_is_the_default
             assert float(keras.ops.add(tf.constant(1.0), 1.0)) == 2.0
         assert not tf.executing_eagerly()
         assert graph.get_operations() == []
+
+
+def test_graph_mode_on_is_process_wide_not_the_default_graph():
+    # Eager here (graph mode itself is tested in a subprocess: tests/test_graph_mode.py).
+    assert _seams.graph_mode_on() is False
+    with tf.Graph().as_default():  # the adapter graph's situation: still not graph mode
+        assert not tf.compat.v1.executing_eagerly_outside_functions()
+        assert _seams.graph_mode_on() is False
+
+
+def test_tf_keras_graph_step_is_the_class_of_graph_mode_steps_and_keras_get_session():
+    pytest.importorskip("tf_keras")
+    step_class, get_session = _seams.tf_keras_graph_step()
+    assert step_class.__name__ == "GraphExecutionFunction" and callable(step_class.__call__)
+    assert {"inputs", "outputs", "updates_op"} <= set(step_class.__init__.__code__.co_names)
+    assert callable(get_session)
