@@ -57,6 +57,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
 from hooks2callbacks import _runs
+from hooks2callbacks._hook_list import as_hook_list, is_factory
 from hooks2callbacks._run_options import merge_run_options  # TF1's merge, one copy
 from hooks2callbacks._seams import (
     SessionRunArgs,
@@ -267,7 +268,11 @@ class GraphModeRunner:
             with graph.as_default():
                 self._prepare_graph(function)
                 for source in self._sources:
-                    self.hooks.extend(source() if callable(source) else source)
+                    if is_factory(source):  # checked as the eager path checks a factory's hooks
+                        name = f"the hooks factory {getattr(source, '__qualname__', repr(source))}()"
+                        self.hooks += as_hook_list(self._call_factory(name, source), f"What {name} returned")
+                    else:
+                        self.hooks += list(source)
                 _runs.claim(self, self.hooks)
                 keys = (tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, tf.compat.v1.GraphKeys.LOCAL_VARIABLES)
                 before = {id(v) for key in keys for v in graph.get_collection(key)}
@@ -587,6 +592,15 @@ class GraphModeRunner:
             savers = self.graph.get_collection_ref(tf.compat.v1.GraphKeys.SAVERS)
             savers[:] = [saver for saver in savers if saver is not self._saver]
         _runs.leave(self)
+
+    def _call_factory(self, name: str, factory: Callable[[], Any]) -> Any:
+        self.caller = name
+        try:
+            return factory()
+        except BaseException as error:
+            if hasattr(error, "add_note"):
+                error.add_note(f"Raised in {name}, called by HookCallback (TF1 graph mode).")
+            raise
 
     def _call(self, hook: Any, method: str, *args: Any) -> Any:
         fn: Callable[..., Any] | None = getattr(hook, method, None)
