@@ -125,12 +125,12 @@ import keras
 import tensorflow as tf
 
 from hooks2callbacks import _graph_mode, _runs
+from hooks2callbacks._arguments import hooks_argument, names_argument, optimizer_argument
 from hooks2callbacks._batch import loss_keys
 from hooks2callbacks._cluster import GO_ON, RAISED, STOP, Cluster, cluster_of, is_default
 from hooks2callbacks._dispatch import HookRunner
 from hooks2callbacks._flavours import is_tf_keras
-from hooks2callbacks._graph import OP_NAME, log_key_of
-from hooks2callbacks._hook_list import Hooks, as_hook_list, is_factory, steps_per_execution
+from hooks2callbacks._hook_list import Hooks, is_factory, steps_per_execution
 from hooks2callbacks._keras_state import (
     LoopState,
     accumulation_steps,
@@ -150,85 +150,6 @@ _STOP_ATTRIBUTE = {"train": "stop_training", "eval": "stop_evaluating", "predict
 _BATCH_EVENT = {"train": "on_train_batch", "eval": "on_test_batch", "predict": "on_predict_batch"}
 _BEGIN_EVENT = {"train": "on_train_begin", "eval": "on_test_begin", "predict": "on_predict_begin"}
 _KERAS_CALL = {"train": "fit()", "eval": "evaluate() or fit(validation_data=...)", "predict": "predict()"}
-
-
-def _hooks_argument(hooks: Any, argument: str) -> Hooks:
-    """Validates a hooks argument: a factory is kept, hooks become a tuple."""
-    return hooks if is_factory(hooks) else tuple(as_hook_list(hooks, f"HookCallback({argument}=...)"))
-
-
-def _names_argument(names: Any) -> dict[str, Any]:
-    """Validates the names map; returns it keyed by op name (`'cross_entropy:0'` -> `'cross_entropy'`)."""
-    if names is None:
-        return {}
-    if not isinstance(names, Mapping):
-        raise TypeError(
-            f"HookCallback(names=...) takes a dict from TF1 names to Keras log keys or variables, "
-            f"such as {{'cross_entropy': 'loss'}}, got {names!r} of type {type(names).__name__}."
-        )
-    checked: dict[str, Any] = {}
-    for key, value in names.items():
-        name = log_key_of(key) if isinstance(key, str) else None
-        if name is None or not OP_NAME.match(name):
-            raise ValueError(
-                f"HookCallback(names=...): the key {key!r} is not a TF1 tensor name. Use names such "
-                "as 'cross_entropy' or 'cross_entropy:0'."
-            )
-        if name in checked:
-            raise ValueError(f"HookCallback(names=...): {key!r} names {name!r} a second time; give it once.")
-        if isinstance(value, str):
-            if not OP_NAME.match(log_key_of(value)) or ":" in value and not value.endswith(":0"):
-                raise ValueError(
-                    f"HookCallback(names=...): {key!r} maps to {value!r}, which is no log key or "
-                    "tensor name. Map it to a log key such as 'loss', or to a name such as "
-                    "'learning_rate' or 'dense/kernel:0'."
-                )
-        elif not isinstance(value, (tf.Variable, keras.Variable)):
-            hint = (
-                " A learning rate that a schedule computes is a tensor, not a variable: map the name "
-                "to 'learning_rate' instead."
-                if hasattr(value, "numpy") or isinstance(value, tf.Tensor)
-                else ""
-            )
-            raise TypeError(
-                f"HookCallback(names=...): {key!r} maps to {value!r} of type {type(value).__name__}. "
-                "A TF1 name maps to a Keras log key or another name (a str, such as 'loss' or "
-                "'learning_rate'), or to a variable (keras.Variable or tf.Variable, such as "
-                f"model.optimizer.learning_rate).{hint}"
-            )
-        checked[name] = value
-    for name in checked:
-        seen, target = {name}, checked[name]
-        while isinstance(target, str) and log_key_of(target) in checked:
-            target_name = log_key_of(target)
-            if target_name in seen:
-                raise ValueError(
-                    f"HookCallback(names=...): the names {sorted(seen)} map to each other in a "
-                    "circle; map one of them to a log key or a variable."
-                )
-            seen.add(target_name)
-            target = checked[target_name]
-    return checked
-
-
-def _optimizer_argument(optimizer: Any) -> Any:
-    """Validates `HookCallback(optimizer=...)`: a Keras (or tf_keras) optimizer, or None."""
-    if optimizer is None:
-        return None
-    if type(optimizer).__module__.startswith("torch.optim"):
-        raise TypeError(
-            f"HookCallback(optimizer=...) got the torch.optim optimizer {type(optimizer).__name__}, "
-            "which counts no steps that a global step could be read from. Train with a Keras "
-            "optimizer (keras.optimizers.Adam(...): optimizer.apply(grads, model.trainable_weights) "
-            "in your loop works on the PyTorch backend), whose `iterations` is the global step."
-        )
-    if isinstance(optimizer, type) or getattr(optimizer, "iterations", None) is None:
-        raise TypeError(
-            f"HookCallback(optimizer=...) takes the Keras optimizer that trains the model in your "
-            f"loop (one with an `iterations` step count, such as keras.optimizers.SGD(...)), got "
-            f"{optimizer!r} of type {type(optimizer).__name__}."
-        )
-    return optimizer
 
 
 def _build_optimizer(model: Any, strategy: tf.distribute.Strategy) -> None:
@@ -365,8 +286,8 @@ class HookCallback(keras.callbacks.Callback):
                 f"HookCallback(is_chief=...) must be True, False or None (ask the cluster), "
                 f"got {is_chief!r} of type {type(is_chief).__name__}."
             )
-        self.hooks: Hooks = _hooks_argument(hooks, "hooks")
-        self.chief_only_hooks: Hooks = _hooks_argument(chief_only_hooks, "chief_only_hooks")
+        self.hooks: Hooks = hooks_argument(hooks, "hooks")
+        self.chief_only_hooks: Hooks = hooks_argument(chief_only_hooks, "chief_only_hooks")
         # Factories make new hooks each run; only two lists can share one.
         both = not callable(self.hooks) and not callable(self.chief_only_hooks)
         for index, hook in enumerate(cast(Sequence[Any], self.chief_only_hooks) if both else ()):
@@ -376,7 +297,7 @@ class HookCallback(keras.callbacks.Callback):
                     "also in hooks, so the chief would call it twice per event. List it in one "
                     "of the two."
                 )
-        self.names = _names_argument(names)
+        self.names = names_argument(names)
         if keep_checkpoint_max is not None and (
             isinstance(keep_checkpoint_max, bool) or not isinstance(keep_checkpoint_max, int) or keep_checkpoint_max < 1
         ):
@@ -386,7 +307,7 @@ class HookCallback(keras.callbacks.Callback):
                 f"or None to keep all, got {keep_checkpoint_max!r}."
             )
         self.keep_checkpoint_max = keep_checkpoint_max
-        self.optimizer = _optimizer_argument(optimizer)
+        self.optimizer = optimizer_argument(optimizer)
         self.mode = mode
         self.values = values
         self.is_chief = is_chief
