@@ -12,7 +12,7 @@ mode, the check also runs each step from the same start:
         (the train op's own races in the order the Keras side is judged by: read before write)
     Keras, for each step k:
         restore_tf1_checkpoint(model, checkpoint k)   # weights, optimizer slots, step
-        loss = model.train_on_batch(batch k)
+        loss = model.fit(batch k)                     # one step, its data as fit gives it: (x, y)
         compare loss with TF1's step k, and each variable with TF1's after step k
 
 Nothing compounds: each step starts from TF1's own weights, so float order
@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from hooks2callbacks._checkpoint import restore_tf1_checkpoint
-from hooks2callbacks._model import saved_variables
+from hooks2callbacks._model import _optimizer_variables, optimizer_of, saved_variables, write_variable
 from hooks2callbacks.migration._races import RaceWatch
 from hooks2callbacks.migration._report import Difference
 from hooks2callbacks.migration._tf1 import _Tf1Run
@@ -52,6 +52,7 @@ def per_step(
     assignment_map: Mapping[str, str] | None,
     compare: Any,
     order: int = 0,
+    start: list[Any] | None = None,
 ) -> tuple[list[Difference], int]:
     """Each of the first `steps` train steps, from TF1's weights of that step, on both sides.
 
@@ -66,6 +67,10 @@ def per_step(
         order: Where the train op itself raced (a rate read from the step the same
             run writes), the order to run TF1's step in: the one the free-running
             comparison matched (an index of `_races.ORDERS`).
+        start: The Keras optimizer's variables as they were before the free-running
+            run (`optimizer_state`), written back before step 0: where the restore
+            cannot reach the optimizer's state, step 0 still starts from the same
+            (initial) state on both sides.
 
     Returns:
         The differences, at most one per step and variable (hook `"(per step)"`),
@@ -101,11 +106,11 @@ def per_step(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the free-running start already said what a restore leaves
             restored = restore_tf1_checkpoint(keras_model, point, assignment_map)
-        features, labels = tf1_run.batches[k]
-        # Keras 3.8 resets the metrics after train_on_batch, so the first would include fit()'s state.
-        keras_model.reset_metrics()
-        result = keras_model.train_on_batch(features, labels, return_dict=True)
-        keras_loss = np.asarray(result.get("loss"), dtype=np.asarray(losses[k]).dtype)
+        if k == 0 and start is not None:
+            variables = _optimizer_variables(optimizer_of(keras_model))
+            for variable, value in zip(variables, start, strict=True):
+                write_variable(variable, value, keras_model)
+        keras_loss = np.asarray(train_one_step(keras_model, *tf1_run.batches[k]), dtype=np.asarray(losses[k]).dtype)
         if compare.value(np.asarray(losses[k]), keras_loss) is not None:
             found.append(Difference(PER_STEP, "train step", k, "loss", losses[k], keras_loss, "value"))
         for variable in saved_variables(keras_model)[0]:
@@ -117,3 +122,26 @@ def per_step(
             if kind is not None:
                 found.append(Difference(PER_STEP, "train step", k, f"variable {name}", a, b, kind))
     return found, len(points)
+
+
+def train_one_step(model: Any, features: Any, labels: Any) -> Any:
+    """One train step of `model` on one batch, called as `fit` calls it; returns the step's loss.
+
+    `fit` hands the model's `train_step` `(x, y)` when there are no sample weights;
+    Keras 3's `train_on_batch` hands it `(x, y, None)`, which keras.io's guide step
+    ("Customizing what happens in fit()": `x, y = data`) cannot unpack. So the step
+    is a `fit` of one batch and one epoch: the user's step sees what it sees in training.
+    `fit` also starts the metrics afresh, so the loss logged is this batch's.
+    """
+    size = len(tf.nest.flatten(features)[0])
+    history = model.fit(features, labels, batch_size=size, epochs=1, shuffle=False, verbose=0)
+    return history.history["loss"][-1]
+
+
+def optimizer_state(model: Any) -> list[Any] | None:
+    """The values of the model's optimizer's variables (None without an optimizer), to write back later."""
+    optimizer = optimizer_of(model)
+    if optimizer is None:
+        return None
+    with tf.init_scope():
+        return [np.array(v) for v in _optimizer_variables(optimizer)]
