@@ -539,8 +539,8 @@ def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, 
             first = dict(list(proposed.items())[:2])
             note += (
                 f". The checkpoint holds {len(proposed)} variables of the same variables and shapes that "
-                "nothing was restored from, perhaps those slots under a custom optimizer's names: if so, "
-                "pass assignment_map= (restore_tf1_checkpoint, or estimator_hooks) with them, such as "
+                "nothing was restored from, perhaps those slots under another scope or a custom optimizer's "
+                "names: if so, pass assignment_map= (restore_tf1_checkpoint, or estimator_hooks) with them, such as "
                 f"{str(first)[:-1]}{', ...' if len(proposed) > 2 else ''}}} (the report's proposed_map holds "
                 "all of them)"
             )
