@@ -475,9 +475,41 @@ def restore_tf1_checkpoint(
 def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, str] | None) -> TF1Restore:
     where = f"restore_tf1_checkpoint(model, {path!r})"
     prefix = _checkpoint_prefix(path, where, "an Estimator's model_dir (or a TF1 Saver's directory)")
+    return _restore_tf1(model, tf.train.load_checkpoint(prefix), prefix, assignment_map, where)
+
+
+class _Values:
+    """TF1 variables' values held in memory, read as `tf.train.load_checkpoint`'s reader reads a checkpoint."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = values
+
+    def get_variable_to_shape_map(self) -> dict[str, list[int]]:
+        return {name: list(np.shape(value)) for name, value in self._values.items()}
+
+    def get_tensor(self, name: str) -> Any:
+        return self._values[name]
+
+
+def restore_tf1_values(
+    model: Any, values: Mapping[str, Any], assignment_map: Mapping[str, str] | None, label: str
+) -> TF1Restore:
+    """`restore_tf1_checkpoint` from values in memory (`{TF1 name: value}`, as a TF1 `Saver` saved them).
+
+    What the per-step comparison of `check_migration` restores TF1's state of each
+    step with: the same names, conversions and map, without writing and reading a
+    checkpoint per step. `label` stands for the checkpoint's path in the report.
+    """
+    where = f"restore_tf1_checkpoint(model, {label!r})"
+    return _restore_tf1(model, _Values(values), label, assignment_map, where)
+
+
+def _restore_tf1(
+    model: Any, reader: Any, prefix: str, assignment_map: Mapping[str, str] | None, where: str
+) -> TF1Restore:
+    """The restore itself, from a reader of TF1 names (a checkpoint's, or `_Values`)."""
     mapping = check_assignment_map(assignment_map, where)
     _build(model, where)
-    reader = tf.train.load_checkpoint(prefix)
     shapes = reader.get_variable_to_shape_map()
     # SGD's momentum is converted at the rate of the checkpoint's last step (a schedule's too).
     at = int(reader.get_tensor(GLOBAL_STEP)) if GLOBAL_STEP in shapes else None
@@ -548,7 +580,7 @@ def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, 
             note += ". Where the checkpoint names them otherwise, pass assignment_map= from its names to these"
         differs.append(note)
     for note in differs:
-        warnings.warn(f"{where}: {note}", UserWarning, stacklevel=3)
+        warnings.warn(f"{where}: {note}", UserWarning, stacklevel=4)
     notes = differs + notes + _epsilon_notes(model, shapes)
     restored = {variable.name: source for variable, source in plan}
     return TF1Restore(prefix, restored, not_restored, unused, step, notes, proposed)

@@ -251,13 +251,12 @@ def check_migration(
         if mode == "train" and per_step and sides["tf1"].step:
             # From the same weights at every step, with tight tolerances: a real difference shows at
             # its first step; float order does not compound (see _steps).
-            with _logs_captured():  # the per-step saves and restores log lines no hook made: kept out
+            with _logs_captured():  # the per-step run logs lines no hook made: kept out
                 found, report.per_step_steps = _per_step(
                     _Tf1Run(model_fn, batches, mode, params),
                     keras_model,
                     prefix,
                     1 if cause else sides["tf1"].step,  # step 0 alone starts from the same (initial) state
-                    work,
                     assignment_map,
                     _Compare(step_rtol, step_atol),
                     order=run_order,  # where the train op raced, the order the free-running run matched
