@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 import keras
 import numpy as np
@@ -89,8 +90,8 @@ def hooks(steps: int):
     return make
 
 
-def real_jobs(repeats: int) -> None:
-    """Times each real job's check, and its Keras twin's fit/evaluate alone."""
+def real_job_checks() -> dict[str, tuple[Any, Any, Any]]:
+    """Each real job's check as the tests make it: `{name: (check(directory, mode), twin(), data())}`."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path[:0] = [os.path.join(root, "tests"), os.path.join(root, "tests", "estimator_era")]
     # The tests' jobs and twins, as the tests run them.
@@ -129,6 +130,14 @@ def real_jobs(repeats: int) -> None:
             lambda: shaped.mnist_like.data(shaped.BATCH * 4),
         ),
     }
+    return jobs
+
+
+def real_jobs(repeats: int) -> None:
+    """Times each real job's check, and its Keras twin's fit/evaluate alone."""
+    jobs = real_job_checks()
+    import test_real_jobs as shaped  # noqa: PLC0415  (on sys.path now: the tests' batch size and steps)
+
     for name, (check, make, data) in jobs.items():
         for mode in ("train", "eval"):
             for _ in range(repeats):

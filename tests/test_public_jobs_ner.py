@@ -150,3 +150,45 @@ def test_an_embedding_id_repeated_in_a_batch_is_found_at_step_0():
     per_step = [d for d in report.differences if d.hook == "(per step)"]
     assert per_step and per_step[0].step == 0, str(report)
     assert per_step[0].key == "variable char_embedding/char_embedding", str(report)
+
+
+def tf_keras_twin():
+    """The twin in tf_keras (Keras 2), its step as tf_keras's guide wrote it (`compiled_loss`,
+    `apply_gradients`, `compiled_metrics`)."""
+    import tf_keras
+
+    class GuideModel2(tf_keras.Model):
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape() as tape:
+                y_pred = self(x, training=True)
+                loss = self.compiled_loss(y, y_pred, regularization_losses=self.losses)
+            gradients = tape.gradient(loss, self.trainable_variables)
+            gradients = [tf.clip_by_value(g, -CLIP, CLIP) for g in gradients]
+            self.optimizer.apply_gradients(zip(gradients, self.trainable_variables, strict=True))
+            self.compiled_metrics.update_state(y, y_pred)
+            return {m.name: m.result() for m in self.metrics}
+
+    inputs = tf_keras.Input((LENGTH,), dtype="int32")
+    embedded = tf_keras.layers.Embedding(VOCAB, DIM, name="char_embedding")(inputs)
+    model = GuideModel2(inputs, tf_keras.layers.Dense(TAGS, name="logits")(embedded))
+    loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(tf_keras.optimizers.Adam(RATE, epsilon=1e-8), loss)
+    return model
+
+
+@pytest.mark.slow
+def test_a_tf_keras_twin_with_its_guides_step_gets_the_same_cause_and_map_and_is_ok_with_it():
+    pytest.importorskip("tf_keras")
+    x, y = data()
+    first = check_migration(
+        model_fn, tf_keras_twin(), hooks, (x, y), steps=STEPS, batch_size=BATCH, assignment_map=WEIGHTS
+    )
+    assert first.keras_error is None and first.cause is not None and first.per_step_steps == 1, str(first)
+    slot_map = proposed_map(first)
+    assert sorted(slot_map) == tf1_optimizer_names()
+    report = check_migration(
+        model_fn, tf_keras_twin(), hooks, (x, y), steps=STEPS, batch_size=BATCH, assignment_map={**WEIGHTS, **slot_map}
+    )
+    report.assert_ok()
+    assert report.cause is None and report.per_step_steps == STEPS

@@ -64,7 +64,7 @@ def _counting(factory: Callable[[], Any], side: _Side) -> Callable[[], list[Any]
 
 def _logs_recorder(model: Any, mode: str, side: _Side) -> Any:
     """A Keras callback that keeps each batch's logs on `side.logs` (for the names-map hint's evidence)."""
-    if type(model).__module__.startswith("tf_keras"):
+    if is_tf_keras(model):
         import tf_keras as framework  # pylint: disable=import-outside-toplevel
     else:
         import keras as framework  # pylint: disable=import-outside-toplevel
@@ -85,3 +85,8 @@ def _logs_recorder(model: Any, mode: str, side: _Side) -> Any:
             on_test_batch_end = _keep
 
     return _Logs()
+
+
+def is_tf_keras(model: Any) -> bool:
+    """Whether `model` is a tf_keras (Keras 2) model: a class of tf_keras's, or the user's subclass of one."""
+    return any(c.__module__.startswith("tf_keras") for c in type(model).__mro__)

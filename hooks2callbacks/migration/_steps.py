@@ -34,6 +34,7 @@ import tensorflow as tf
 from hooks2callbacks._checkpoint import restore_tf1_values
 from hooks2callbacks._model import _optimizer_variables, optimizer_of, saved_variables, write_variable
 from hooks2callbacks._seams import keras3_train_batch
+from hooks2callbacks.migration._keras import is_tf_keras
 from hooks2callbacks.migration._races import RaceWatch
 from hooks2callbacks.migration._report import Difference
 from hooks2callbacks.migration._tf1 import _Tf1Run
@@ -129,7 +130,7 @@ def train_one_step(model: Any, features: Any, labels: Any) -> Any:
     `train_on_batch` hands `(x, y)`, as its `fit`. The metrics start afresh, so the
     loss is this batch's.
     """
-    if _is_tf_keras(model):
+    if is_tf_keras(model):
         model.reset_metrics()
         return model.train_on_batch(features, labels, return_dict=True)["loss"]
     logs = keras3_train_batch(model, features, labels)
@@ -139,11 +140,6 @@ def train_one_step(model: Any, features: Any, labels: Any) -> Any:
     size = len(tf.nest.flatten(features)[0])
     history = model.fit(features, labels, batch_size=size, epochs=1, shuffle=False, verbose=0)
     return history.history["loss"][-1]
-
-
-def _is_tf_keras(model: Any) -> bool:
-    """Whether `model` is a tf_keras (Keras 2) model, whose module may be the user's own subclass's."""
-    return any(c.__module__.startswith("tf_keras") for c in type(model).__mro__)
 
 
 def optimizer_state(model: Any) -> list[Any] | None:
