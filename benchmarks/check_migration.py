@@ -21,16 +21,29 @@ written for this project after public ones (tests/test_real_jobs.py), in train
 (8 steps, the job's schedule and warm start) and eval (4 batches), each against the
 time of the Keras twin's own `fit` or `evaluate` of the same batches with no hooks,
 in the same process (issue 38).
+
+With `--per-step-against DIR`, it times the per-step comparison alone (each of
+`--steps` train steps of the MLP above from TF1's state of that step, both sides),
+for the package in DIR (another version of it: `git archive <commit> hooks2callbacks
+| tar -x -C DIR`) and for this checkout's, in separate processes that take turns
+(the order swapped every round) for `--rounds` rounds: on a shared machine a
+version timed after the other would take the load of another moment. Reported:
+each version's median and, per round, the ratio of this checkout's time to DIR's,
+with their median (issue 46: the per-step state kept in memory, against a
+checkpoint written and restored per step).
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import pathlib
+import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 import keras
 import numpy as np
@@ -77,8 +90,8 @@ def hooks(steps: int):
     return make
 
 
-def real_jobs(repeats: int) -> None:
-    """Times each real job's check, and its Keras twin's fit/evaluate alone."""
+def real_job_checks() -> dict[str, tuple[Any, Any, Any]]:
+    """Each real job's check as the tests make it: `{name: (check(directory, mode), twin(), data())}`."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path[:0] = [os.path.join(root, "tests"), os.path.join(root, "tests", "estimator_era")]
     # The tests' jobs and twins, as the tests run them.
@@ -117,6 +130,14 @@ def real_jobs(repeats: int) -> None:
             lambda: shaped.mnist_like.data(shaped.BATCH * 4),
         ),
     }
+    return jobs
+
+
+def real_jobs(repeats: int) -> None:
+    """Times each real job's check, and its Keras twin's fit/evaluate alone."""
+    jobs = real_job_checks()
+    import test_real_jobs as shaped  # noqa: PLC0415  (on sys.path now: the tests' batch size and steps)
+
     for name, (check, make, data) in jobs.items():
         for mode in ("train", "eval"):
             for _ in range(repeats):
@@ -139,13 +160,85 @@ def real_jobs(repeats: int) -> None:
                 )
 
 
+def per_step_once(steps: int) -> float:
+    """Seconds of one per-step comparison of `steps` steps of the MLP, after one of 2 steps (tracing)."""
+    # The version under test is the one first on sys.path (PYTHONPATH): its private stages, called
+    # as check_migration calls them.
+    from hooks2callbacks._checkpoint import restore_tf1_checkpoint  # noqa: PLC0415
+    from hooks2callbacks.migration._compare import _Compare  # noqa: PLC0415
+    from hooks2callbacks.migration._data import _batches  # noqa: PLC0415
+    from hooks2callbacks.migration._steps import per_step  # noqa: PLC0415
+    from hooks2callbacks.migration._tf1 import _Tf1Run  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+    x = rng.random((steps * 32, 784), dtype=np.float32)
+    y = rng.integers(0, 10, steps * 32).astype("int64")
+    batches, _ = _batches((x, y), steps, 32, "train")
+    model = keras_model()
+    took = 0.0
+    with tempfile.TemporaryDirectory() as work:
+        prefix = _Tf1Run(model_fn, batches, "train", {}).save_initial(work)
+        restore_tf1_checkpoint(model, prefix)
+        for count in (2, steps):
+            arguments = {
+                "tf1_run": _Tf1Run(model_fn, batches, "train", {}),
+                "keras_model": model,
+                "prefix": prefix,
+                "steps": count,
+                "assignment_map": None,
+                "compare": _Compare(1e-5, 1e-6),
+            }
+            if "work" in inspect.signature(per_step).parameters:  # the version that wrote checkpoints
+                arguments["work"] = work
+            start = time.perf_counter()
+            found, compared = per_step(**arguments)
+            took = time.perf_counter() - start
+            assert compared == count and not found, (compared, found)
+    return took
+
+
+def per_step_against(reference: str, steps: int, rounds: int) -> None:
+    """Runs `per_step_once` for the package in `reference` and this checkout's, taking turns."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    versions = {"before": os.path.abspath(reference), "after": root}
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    for round_ in range(rounds):
+        order = ["before", "after"] if round_ % 2 == 0 else ["after", "before"]
+        for name in order:
+            env = {**os.environ, "PYTHONPATH": versions[name], "TF_CPP_MIN_LOG_LEVEL": "3"}
+            command = [sys.executable, os.path.abspath(__file__), "--per-step-once", "--steps", str(steps)]
+            out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+            times[name].append(float(out.split("PER_STEP ")[1].split()[0]))
+        ratio = times["after"][-1] / times["before"][-1]
+        print(
+            f"round {round_}: before {times['before'][-1]:.2f} s, after {times['after'][-1]:.2f} s, "
+            f"after/before {ratio:.3f}",
+            flush=True,
+        )
+    ratios = np.array(times["after"]) / np.array(times["before"])
+    print(
+        f"per-step comparison of {steps} steps: before median {np.median(times['before']):.2f} s, after median "
+        f"{np.median(times['after']):.2f} s; after/before per round: median {np.median(ratios):.3f} "
+        f"(min {ratios.min():.3f}, max {ratios.max():.3f}, {rounds} rounds)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--real-jobs", action="store_true", help="time the real jobs' checks instead")
     parser.add_argument("--no-per-step", action="store_true", help="skip the per-step comparison")
+    parser.add_argument("--per-step-against", metavar="DIR", help="time the per-step comparison against DIR's")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of --per-step-against")
+    parser.add_argument("--per-step-once", action="store_true", help=argparse.SUPPRESS)  # one turn of it
     args = parser.parse_args()
+    if args.per_step_once:
+        print(f"PER_STEP {per_step_once(args.steps)}")
+        return
+    if args.per_step_against:
+        per_step_against(args.per_step_against, args.steps, args.rounds)
+        return
     if args.real_jobs:
         real_jobs(args.repeats)
         return

@@ -147,7 +147,8 @@ class KerasSaver:
             for index in (1, 2):
                 beta = getattr(optimizer, f"beta_{index}", None)
                 if isinstance(beta, float):
-                    values[f"beta{index}_power"] = np.float32(beta ** (step + 1))
+                    name = _source_name(f"beta{index}_power", self._assignment_map)
+                    values[name] = np.float32(beta ** (step + 1))
         return values
 
     def _save_by_name(self, save_path: str, number: int | None) -> str:
@@ -469,9 +470,41 @@ def restore_tf1_checkpoint(
 def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, str] | None) -> TF1Restore:
     where = f"restore_tf1_checkpoint(model, {path!r})"
     prefix = _checkpoint_prefix(path, where, "an Estimator's model_dir (or a TF1 Saver's directory)")
+    return _restore_tf1(model, tf.train.load_checkpoint(prefix), prefix, assignment_map, where)
+
+
+class _Values:
+    """TF1 variables' values held in memory, read as `tf.train.load_checkpoint`'s reader reads a checkpoint."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = values
+
+    def get_variable_to_shape_map(self) -> dict[str, list[int]]:
+        return {name: list(np.shape(value)) for name, value in self._values.items()}
+
+    def get_tensor(self, name: str) -> Any:
+        return self._values[name]
+
+
+def restore_tf1_values(
+    model: Any, values: Mapping[str, Any], assignment_map: Mapping[str, str] | None, label: str
+) -> TF1Restore:
+    """`restore_tf1_checkpoint` from values in memory (`{TF1 name: value}`, as a TF1 `Saver` saved them).
+
+    What the per-step comparison of `check_migration` restores TF1's state of each
+    step with: the same names, conversions and map, without writing and reading a
+    checkpoint per step. `label` stands for the checkpoint's path in the report.
+    """
+    where = f"restore_tf1_checkpoint(model, {label!r})"
+    return _restore_tf1(model, _Values(values), label, assignment_map, where)
+
+
+def _restore_tf1(
+    model: Any, reader: Any, prefix: str, assignment_map: Mapping[str, str] | None, where: str
+) -> TF1Restore:
+    """The restore itself, from a reader of TF1 names (a checkpoint's, or `_Values`)."""
     mapping = check_assignment_map(assignment_map, where)
     _build(model, where)
-    reader = tf.train.load_checkpoint(prefix)
     shapes = reader.get_variable_to_shape_map()
     # SGD's momentum is converted at the rate of the checkpoint's last step (a schedule's too).
     at = int(reader.get_tensor(GLOBAL_STEP)) if GLOBAL_STEP in shapes else None
@@ -480,10 +513,10 @@ def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, 
     plan: list[tuple[Saved, str]] = []
     missing: list[str] = []
     not_restored: list[str] = []
-    shape_of: dict[str, tuple[int, ...]] = {}  # of what was not restored
+    shape_of: dict[str, tuple[int | None, ...]] = {}  # of what was not restored
     for variable in saved:
         source = _source_name(variable.name, mapping)
-        if source in shapes and tuple(shapes[source]) == variable.entry.shape:
+        if source in shapes and _dims(shapes[source]) == _dims(variable.entry.shape):
             plan.append((variable, source))
         elif source in shapes:
             raise ValueError(
@@ -500,7 +533,7 @@ def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, 
             )
         else:
             not_restored.append(variable.name)
-            shape_of[variable.name] = variable.entry.shape
+            shape_of[variable.name] = _dims(variable.entry.shape)
     if missing:
         shown = sorted(n for n in shapes if not n.startswith("_"))
         raise ValueError(
@@ -515,9 +548,10 @@ def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, 
             variable.write(reader.get_tensor(source))
         step = _restore_step(model, reader, shapes)
     used = {source for _, source in plan} | ({GLOBAL_STEP} if step is not None else set())
-    used |= {name for name in ("beta1_power", "beta2_power") if name in shapes and _is_adam(model)}
+    powers = {power: _source_name(power, mapping) for power in ("beta1_power", "beta2_power")}
+    used |= {source for source in powers.values() if source in shapes and _is_adam(model)}
     unused = sorted(n for n in shapes if n not in used and not n.startswith("_") and ".ATTRIBUTES" not in n)
-    differs += _adam_notes(model, reader, shapes, step)
+    differs += _adam_notes(model, reader, shapes, step, powers)
     differs += _state_left_behind(model, reader, unused, {source for _, source in plan})
     # tf_keras's SGD keeps momentum slots at momentum 0 too, where TF1's GradientDescentOptimizer
     # kept none: unused, they leave nothing of TF1's state behind.
@@ -532,8 +566,8 @@ def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, 
             first = dict(list(proposed.items())[:2])
             note += (
                 f". The checkpoint holds {len(proposed)} variables of the same variables and shapes that "
-                "nothing was restored from, perhaps those slots under a custom optimizer's names: if so, "
-                "pass assignment_map= (restore_tf1_checkpoint, or estimator_hooks) with them, such as "
+                "nothing was restored from, perhaps those slots under another scope or a custom optimizer's "
+                "names: if so, pass assignment_map= (restore_tf1_checkpoint, or estimator_hooks) with them, such as "
                 f"{str(first)[:-1]}{', ...' if len(proposed) > 2 else ''}}} (the report's proposed_map holds "
                 "all of them)"
             )
@@ -541,7 +575,7 @@ def _restore_tf1_checkpoint(model: Any, path: str, assignment_map: Mapping[str, 
             note += ". Where the checkpoint names them otherwise, pass assignment_map= from its names to these"
         differs.append(note)
     for note in differs:
-        warnings.warn(f"{where}: {note}", UserWarning, stacklevel=3)
+        warnings.warn(f"{where}: {note}", UserWarning, stacklevel=4)
     notes = differs + notes + _epsilon_notes(model, shapes)
     restored = {variable.name: source for variable, source in plan}
     return TF1Restore(prefix, restored, not_restored, unused, step, notes, proposed)
@@ -562,7 +596,7 @@ def _unused_momentum(model: Any, name: str) -> bool:
 def _propose_map(
     model: Any,
     not_restored: list[str],
-    shape_of: Mapping[str, tuple[int, ...]],
+    shape_of: Mapping[str, tuple[int | None, ...]],
     unused: list[str],
     shapes: Mapping[str, Any],
     mapping: Mapping[str, str],
@@ -577,16 +611,27 @@ def _propose_map(
     `Adam_1`), then the rest in name order, where both sides count the same.
     """
     owners = _slot_owners(model)
-    mine: dict[tuple[str, tuple[int, ...]], dict[str, str]] = {}  # {(variable, shape): {kind: name}}
+    mine: dict[tuple[str, tuple[int | None, ...]], dict[str, str]] = {}  # {(variable, shape): {kind: name}}
     for name in not_restored:
-        owner = owners.get(name) or (tuple(name.rsplit("/", 1)) if "/" in name else None)
+        owner = owners.get(name)
+        if owner is None and "/" in name:
+            owner = (name.rsplit("/", 1)[0], name.rsplit("/", 1)[1])
         if owner is not None:
             variable, kind = owner
-            mine.setdefault((_source_name(variable, mapping), shape_of[name]), {})[kind] = name
-    theirs: dict[tuple[str, tuple[int, ...]], list[str]] = {}
+            mine.setdefault((_source_name(variable, mapping), _dims(shape_of[name])), {})[kind] = name
+    variables = {variable for variable, _ in mine}
+    theirs: dict[tuple[str, tuple[int | None, ...]], list[str]] = {}
+    scoped: dict[str, str] = {}  # candidates found under another scope, and that scope: paired by kind only
     for name in unused:
-        if "/" in name:
-            theirs.setdefault((name.rsplit("/", 1)[0], tuple(shapes[name])), []).append(name)
+        if "/" not in name:
+            continue
+        parent = name.rsplit("/", 1)[0]
+        # A TF1 optimizer built under a variable scope put its slots under it too:
+        # `<scope>/<variable>/Adam`. The longest variable the name ends with owns it.
+        holder = max((v for v in variables if parent == v or parent.endswith(f"/{v}")), key=len, default=parent)
+        theirs.setdefault((holder, _dims(shapes[name])), []).append(name)
+        if holder != parent:
+            scoped[name] = parent[: -len(holder)]
     proposed: dict[str, str] = {}
     for key, kinds in mine.items():
         candidates = sorted(theirs.get(key, []))
@@ -595,9 +640,30 @@ def _propose_map(
             if match is not None:
                 proposed[candidate] = kinds.pop(match)
                 candidates.remove(candidate)
+        # Name order is a guess only beside the variable itself: a scoped name of another kind may be
+        # anything of that variable's shape.
+        candidates = [c for c in candidates if c not in scoped]
         if kinds and len(candidates) == len(kinds):
             proposed.update(zip(candidates, sorted(kinds.values()), strict=True))
+    if proposed and _is_adam(model):
+        # TF1's Adam kept its bias corrections in `<scope>/beta1_power`, `<scope>/beta2_power`,
+        # beside the slots' scope: read (as a check of the step) under that name.
+        scopes = {scoped[c] for c in proposed if c in scoped}
+        for power in ("beta1_power", "beta2_power"):
+            found = [f"{scope}{power}" for scope in scopes if f"{scope}{power}" in shapes]
+            if power not in shapes and len(found) == 1 and found[0] in unused:
+                proposed[found[0]] = power
     return proposed
+
+
+def _dims(shape: Any) -> tuple[int | None, ...]:
+    """A shape as a tuple of ints (None where unknown), hashable under TF1 shapes too.
+
+    Under `tf.compat.v1.disable_v2_tensorshape()` a `TensorShape`'s items are
+    `Dimension`s, which are not hashable; a checkpoint reader's shapes are lists of ints.
+    """
+    values = (getattr(d, "value", d) for d in shape)
+    return tuple(None if v is None else int(v) for v in values)
 
 
 def _slot_owners(model: Any) -> dict[str, tuple[str, str]]:
@@ -688,10 +754,15 @@ def _source_name(name: str, mapping: Mapping[str, str]) -> str:
     """
     for theirs, mine in mapping.items():
         if mine == name:
-            return theirs
+            return theirs  # a name's own entry before any scope's: a proposed slot map beside scope maps
+    best: tuple[str, str] | None = None
+    for theirs, mine in mapping.items():
         scope = "" if mine == "/" else mine
-        if (scope == "" or scope.endswith("/")) and name.startswith(scope):
-            return ("" if theirs == "/" else theirs) + name[len(scope) :]
+        holds = (scope == "" or scope.endswith("/")) and name.startswith(scope)
+        if holds and (best is None or len(scope) > len(best[1])):
+            best = (theirs, scope)  # the innermost scope that holds the name
+    if best is not None:
+        return ("" if best[0] == "/" else best[0]) + name[len(best[1]) :]
     return name
 
 
@@ -786,13 +857,18 @@ def _epsilon_notes(model: Any, shapes: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _adam_notes(model: Any, reader: Any, shapes: Mapping[str, Any], step: int | None) -> list[str]:
-    """Where TF1's Adam bias correction (`beta1_power`) disagrees with Keras's, computed from the step."""
+def _adam_notes(
+    model: Any, reader: Any, shapes: Mapping[str, Any], step: int | None, powers: Mapping[str, str]
+) -> list[str]:
+    """Where TF1's Adam bias correction (`beta1_power`) disagrees with Keras's, computed from the step.
+
+    `powers` gives the checkpoint name of each (`optimizer/beta1_power` under a scope).
+    """
     if not _is_adam(model) or step is None:
         return []
     notes = []
     for index in (1, 2):
-        name, beta = f"beta{index}_power", getattr(optimizer_of(model), f"beta_{index}", None)
+        name, beta = powers[f"beta{index}_power"], getattr(optimizer_of(model), f"beta_{index}", None)
         if name in shapes and isinstance(beta, float):
             kept, computed = float(reader.get_tensor(name)), beta ** (step + 1)
             if not np.isclose(kept, computed, rtol=1e-5):

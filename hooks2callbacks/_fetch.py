@@ -228,6 +228,10 @@ def compile_fetches(fetches: Any, graph: AdapterGraph, model: Any, where: str) -
         meaning = graph.meaning(key)
         if isinstance(meaning, str):
             return log_leaf(meaning)
+        if isinstance(meaning, tf.Operation) and ":" in name and meaning.outputs:
+            # A tensor's name mapped to an op's name (`{"cross_entropy": "my_loss"}`, the hook's own
+            # `my_loss` tensor): the fetch asked for a tensor, so it gets the op's output, not the op's None.
+            meaning = meaning.outputs[0]
         return entry_leaf(meaning) if isinstance(meaning, Entry) else graph_leaf(meaning)
 
     def entry_leaf(entry: Entry) -> Resolver:

@@ -10,6 +10,8 @@ Each seam, what it reaches, and what happens when that is missing:
 
 * `keras3_multi_step`: the closure of Keras 3's TF `train_function`. None, so
   Keras's own call serves (speed only).
+* `keras3_train_batch`: Keras 3's TF `train_function` called with an iterator of
+  one batch, as its `train_on_batch` calls it. None, so the caller fits one batch (speed only).
 * `keras3_metric_containers`: `model._compile_metrics` and `._compile_loss`.
   Metrics built in the first step are not recorded: their keys are a BatchValueError.
 * `keras3_compile_metrics_leaves`: `CompileMetrics.metrics` and `.built`. ImportError.
@@ -128,6 +130,7 @@ __all__ = [
     "tensor_conversion_registry",
     "graph_mode_on",
     "tf_keras_graph_step",
+    "keras3_train_batch",
     "tf_keras_loss_metric",
     "tf_keras_metric_containers",
     "tf_keras_test_runner",
@@ -151,6 +154,32 @@ def keras3_multi_step(function: Any) -> Any:
     if "multi_step_on_iterator" not in names:
         return None
     return cells[names.index("multi_step_on_iterator")].cell_contents
+
+
+def keras3_train_batch(model: Any, x: Any, y: Any) -> Any:
+    """One train step of a Keras 3 model on TensorFlow, its `train_step` handed `(x, y)` as by `fit`.
+
+    Keras 3's `train_on_batch` hands the step `(x, y, sample_weight)`, None
+    included, which a step written as keras.io's guide writes it (`x, y = data`)
+    cannot unpack; a `fit` of one batch hands it `(x, y)` but builds a
+    `tf.data` pipeline each time (~0.1 s). `train_on_batch`'s own path serves
+    instead: `make_train_function()`, then `model.train_function` on an iterator
+    of the one batch (`TensorFlowTrainer._make_function` steps through a Python
+    iterator with `one_step_on_data`). Checked on Keras 3.8.0 and 3.15.1.
+
+    Returns:
+        The step's logs (`{"loss": tensor, ...}`, the metrics reset before it), or
+        None on another backend or where the model has no `train_function` after
+        `make_train_function()`: the caller then fits one batch.
+    """
+    if keras.backend.backend() != "tensorflow" or not callable(getattr(model, "make_train_function", None)):
+        return None
+    model.make_train_function()
+    function = getattr(model, "train_function", None)
+    if not callable(function):
+        return None
+    model.reset_metrics()
+    return function(iter([(x, y)]))
 
 
 def keras3_metric_containers(model: Any) -> list[Any]:

@@ -566,3 +566,18 @@ def test_with_tf1_style_logging_each_hook_line_prints_once_after_a_checkpoint(se
     losses = [line for line in lines if "loss = " in line]
     assert len(saves) == 3 and len(set(saves)) == 3, lines  # steps 0, 1, 2, each once
     assert len(losses) == 2, lines
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the job's twin is TensorFlow-backend")
+def test_under_tf1_shapes_restore_estimator_hooks_and_the_check_work(tmp_path):
+    """`disable_v2_tensorshape()` (what BERT's `shape[-1].value` needs) is process-wide: tf1_shapes_run.py
+    turns it on in a process of its own and runs restore_tf1_checkpoint (the map proposed across the
+    optimizer's scope, then pasted), estimator_hooks through that map, and check_migration."""
+    script = pathlib.Path(__file__).parent / "tf1_shapes_run.py"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(script.parent.parent), str(script.parent)])}
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=600
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("ok ")]
+    assert done.returncode == 0 and len(lines) == 4, done.stdout + done.stderr[-4000:]

@@ -79,6 +79,28 @@ def test_derived_ops_run_with_the_log_values_fed():
         assert results["group"] is None
 
 
+def test_a_names_entry_pointing_at_the_op_name_of_a_hooks_own_tensor_fetches_that_tensor():
+    # names={"cross_entropy": "doubled"}: the op name of a tensor the hook made in begin(). Fetched as a
+    # tensor ("cross_entropy:0") it is that tensor's value; the op's own name fetches the op, whose
+    # value in TF1's Session.run is None.
+    hook = FetchHook(
+        lambda g: (
+            tf.identity(g.get_tensor_by_name("loss:0") * 2.0, name="doubled"),
+            {"by_map": "cross_entropy:0", "own": "doubled:0", "op": "doubled"},
+        )[1]
+    )
+    model = make_model()
+    recorder = Recorder(keras, X, Y)
+    callback = HookCallback(hook, names={"cross_entropy": "doubled"})
+    model.fit(X, Y, batch_size=32, epochs=1, verbose=0, shuffle=False, callbacks=[recorder, callback])
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        tf.identity(tf.constant(1.0), name="doubled")
+        tf1_op_value = session.run("doubled")
+    for results, batch in zip(hook.results, recorder.train_batch, strict=True):
+        assert results["by_map"] == results["own"] == pytest.approx(2 * batch["loss"], rel=1e-6)
+        assert results["op"] is tf1_op_value is None
+
+
 def test_optimizer_iterations_counts_as_the_global_step():
     model = make_model()
     hook = FetchHook(lambda g: model.optimizer.iterations)

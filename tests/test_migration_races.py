@@ -8,6 +8,7 @@ from test_migration import NAMES, V1, X, Y, keras_twin, model_fn, under_keras
 
 from hooks2callbacks import check_migration
 from hooks2callbacks._estimator import EstimatorSpec
+from hooks2callbacks.migration._races import RaceWatch
 
 EVAL_NAMES = {"cross_entropy": "loss", "accuracy/update_op": "accuracy", "accuracy/value": "accuracy"}
 
@@ -105,3 +106,24 @@ def test_a_rate_that_reads_the_step_its_own_optimizer_increments_is_ok_and_liste
     # TF1's two runs, one in each order, part where the rate did: their spread, per hook and key.
     assert list(report.tf1_spread) == [("0 LoggingTensorHook", "results['loss']")], report.tf1_spread
     assert report.tf1_spread["0 LoggingTensorHook", "results['loss']"] > 1e-3  # a rate apart, from step 1 on
+
+
+def test_an_embedding_lookup_of_a_table_the_run_updates_is_a_race_as_a_read_is():
+    # A resource variable is read by ReadVariableOp, and by a gather through its handle (an
+    # embedding lookup: ResourceGather): a hook's lookup of rows the train op updates races too.
+    with tf.Graph().as_default() as graph:
+        table = V1.get_variable("table", [10, 4], use_resource=True)
+        loss = tf.reduce_sum(tf.nn.embedding_lookup(table, [1, 2, 2]))
+        train_op = V1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        looked_up = tf.nn.embedding_lookup(table, [2, 3])  # a hook's fetch: not ordered with the update
+        read = table.read_value()  # the ReadVariableOp the check already knew
+        after = tf.nn.embedding_lookup(table, [2])
+        with tf.control_dependencies([train_op]):
+            ordered = tf.nn.embedding_lookup(table, [2]) + 0.0  # ordered after the write: no race
+        watch = RaceWatch(graph, train_op)
+        assert looked_up.op.type == "ResourceGather" or "ResourceGather" in [i.op.type for i in looked_up.op.inputs]
+        for tensor in (looked_up, read, after):
+            variable, write = watch.race(tensor)
+            assert variable == "table" and ("ResourceScatter" in write or "ResourceSparseApply" in write), write
+            assert watch.pure(tensor)  # evaluated alone in either order, without side effects
+        assert watch.race(ordered) is None

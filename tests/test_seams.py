@@ -34,6 +34,30 @@ def test_keras3_multi_step_is_the_compiled_function_of_keras_train_function():
     assert _seams.keras3_multi_step(lambda iterator: None) is None
 
 
+@needs_backend("tensorflow", reason="Keras 3's TensorFlow trainer only")
+def test_keras3_train_batch_hands_the_step_x_and_y_as_fit_does_and_trains_as_train_on_batch():
+    seen = []
+
+    class Recording(keras.Sequential):
+        def train_step(self, data):
+            seen.append(len(data))  # at tracing: the structure the step was handed
+            return super().train_step(data)
+
+    def model():
+        keras.utils.set_random_seed(3)
+        made = Recording([keras.Input((8,)), keras.layers.Dense(3)])
+        made.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return made
+
+    seams, fitted = model(), model()
+    logs = _seams.keras3_train_batch(seams, X[:32], Y[:32])
+    fitted.fit(X[:32], Y[:32], batch_size=32, epochs=1, shuffle=False, verbose=0)
+    assert set(seen) == {2}  # (x, y): train_on_batch would hand (x, y, None)
+    np.testing.assert_allclose(float(logs["loss"]), fitted.history.history["loss"][0], rtol=1e-6)
+    for a, b in zip(seams.weights, fitted.weights, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+
+
 def test_keras3_metric_containers_and_their_leaves():
     model = trained(keras)
     containers = _seams.keras3_metric_containers(model)

@@ -42,6 +42,7 @@ from hooks2callbacks.migration._keras import _counting, _run_keras
 from hooks2callbacks.migration._record import _file_items, _logs_captured, _run_side, _Side, _summaries_recorded
 from hooks2callbacks.migration._report import MigrationReport
 from hooks2callbacks.migration._slots import keras_checkpoints_as_tf1, slot_map_note
+from hooks2callbacks.migration._steps import optimizer_state
 from hooks2callbacks.migration._steps import per_step as _per_step
 from hooks2callbacks.migration._tf1 import _Tf1Run
 
@@ -194,6 +195,7 @@ def check_migration(
                     f"check_migration(): the Keras model cannot start from the TF1 graph's initial weights, "
                     f"so nothing was run. {error}"
                 ) from error
+        start = optimizer_state(keras_model)  # what the optimizer starts from: step 0's state on the Keras side
         unmatched = [n for n in tf1_run.trainable if n in restored.unused]
         if unmatched:
             raise ValueError(
@@ -207,11 +209,10 @@ def check_migration(
         training = mode == "train"
         proposal = restored.proposed_map if training else {}
         left = [n for n in restored.not_restored if n not in set(proposal.values())]
-        shown = [n for n in restored.notes if not ((proposal or not training) and _NOT_RESTORED in n)]
-        if proposal:
-            shown.append(slot_map_note(proposal, assignment_map))
-        if proposal and left:
-            shown.append(f"{_NOT_RESTORED} (no checkpoint entry of their variable, kind and shape): {left}")
+        # The optimizer's state not restored is one cause, said once: from step 1 on, Keras steps
+        # from another optimizer state than TF1's, so every later difference follows from it.
+        cause = _cause(proposal, left, assignment_map) if training and (proposal or _not_restored(restored)) else None
+        shown = [n for n in restored.notes if not ((cause or not training) and _NOT_RESTORED in n)]
         notes += [f"same start: {note}" for note in shown]
         # restore_tf1_checkpoint warned of each of its notes too (prefixed with where): shown once
         notes += [
@@ -246,21 +247,24 @@ def check_migration(
         report, run_order = _report_in_orders(
             mode, tf1_sides, sides["keras"], _Compare(rtol, atol), not_compared, notes
         )
+        report.cause = cause
         if mode == "train" and per_step and sides["tf1"].step:
             # From the same weights at every step, with tight tolerances: a real difference shows at
             # its first step; float order does not compound (see _steps).
-            with _logs_captured():  # the per-step saves and restores log lines no hook made: kept out
+            with _logs_captured():  # the per-step run logs lines no hook made: kept out
                 found, report.per_step_steps = _per_step(
                     _Tf1Run(model_fn, batches, mode, params),
                     keras_model,
                     prefix,
-                    sides["tf1"].step,
-                    work,
+                    1 if cause else sides["tf1"].step,  # step 0 alone starts from the same (initial) state
                     assignment_map,
                     _Compare(step_rtol, step_atol),
                     order=run_order,  # where the train op raced, the order the free-running run matched
+                    start=start if cause else None,
                 )
-            parted_at = min((d.step for d in found if d.step is not None), default=None)
+            # Where only the first steps were compared, the later ones are not known to be equal.
+            compared = report.per_step_steps if report.per_step_steps < sides["tf1"].step else None
+            parted_at = min((d.step for d in found if d.step is not None), default=compared)
             kept, drift = split_drift(report.differences, parted_at, _Compare(drift_rtol, drift_atol))
             report.differences = kept + found
             report.drift = with_first_steps(drift)
@@ -277,6 +281,29 @@ def check_migration(
             )
         )
     return report
+
+
+def _not_restored(restored: Any) -> bool:
+    """Whether the restore left optimizer variables of the Keras model at their values (its note says so)."""
+    return any(_NOT_RESTORED in note for note in restored.notes)
+
+
+def _cause(proposal: Mapping[str, str], left: list[str], assignment_map: Mapping[str, str] | None) -> str:
+    """The one reason the train check cannot hold from step 1 on: the optimizer's state not restored, and the fix."""
+    text = (
+        "the Keras optimizer's state cannot be restored from the TF1 graph's, so the per-step comparison "
+        "(each step from TF1's weights and optimizer state of that step) compared step 0 alone, from both "
+        "sides' initial state; from step 1 on it would differ by that alone. The free-running comparison "
+        "starts both optimizers afresh and is not affected; the checkpoints' optimizer names differ."
+    )
+    if proposal:
+        text += " " + slot_map_note(proposal, assignment_map)
+    if left:
+        text += (
+            f"\n{_NOT_RESTORED} (no checkpoint entry of their variable, kind and shape): {left}; where the TF1 "
+            "graph names them otherwise, add assignment_map entries from its names to these"
+        )
+    return text
 
 
 def _with_metric_keys(names: Mapping[str, Any] | None, metric_ops: Mapping[str, Any]) -> Mapping[str, Any] | None:

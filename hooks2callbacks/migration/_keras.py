@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from hooks2callbacks._flavours import is_tf_keras
 from hooks2callbacks.callback import HookCallback
 from hooks2callbacks.migration._record import _call_factory, _SessionRunHook, _Side, _wrap
 
@@ -64,7 +65,7 @@ def _counting(factory: Callable[[], Any], side: _Side) -> Callable[[], list[Any]
 
 def _logs_recorder(model: Any, mode: str, side: _Side) -> Any:
     """A Keras callback that keeps each batch's logs on `side.logs` (for the names-map hint's evidence)."""
-    if type(model).__module__.startswith("tf_keras"):
+    if is_tf_keras(model):
         import tf_keras as framework  # pylint: disable=import-outside-toplevel
     else:
         import keras as framework  # pylint: disable=import-outside-toplevel

@@ -29,7 +29,10 @@ ORDERS = ("read before write", "read after write")
 
 _VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
 # Stateful ops a side-effect-free re-evaluation may run: they only read state.
-_READ_ONLY_STATEFUL = frozenset({"VariableV2", "Variable", "VarHandleOp", "ReadVariableOp", "Const"})
+# The ops that read a resource variable's value through its handle (input 0): a read, an embedding
+# lookup's gather. The other ops that take a handle write it, or read no value (`VariableShape`).
+_RESOURCE_READS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGatherNd"})
+_READ_ONLY_STATEFUL = frozenset({"VariableV2", "Variable", "VarHandleOp", "Const", *_RESOURCE_READS})
 _PASS_REF = frozenset({"RefIdentity", "Identity"})
 
 
@@ -103,9 +106,9 @@ def _reads(op: Any) -> Iterator[Any]:
         return
     for index, given in enumerate(op.inputs):
         variable = _variable_of(given)
-        if variable is None or (variable.type == "VarHandleOp") != (op.type == "ReadVariableOp"):
-            continue  # a resource variable is read by ReadVariableOp only (the others take its handle)
-        if index == 0 or op.type != "ReadVariableOp":
+        if variable is None or (variable.type == "VarHandleOp") != (op.type in _RESOURCE_READS):
+            continue  # a resource variable's value is read by the ops that read through its handle only
+        if index == 0 or op.type not in _RESOURCE_READS:
             yield variable
 
 

@@ -84,6 +84,10 @@ class MigrationReport:
         values: Each hook's numeric results step by step on each side:
             `{(hook, key): {"tf1": [(step, value), ...], "keras": [...]}}`
             (what `plot` draws).
+        cause: A known precondition of the comparison that did not hold (the
+            optimizer's state not restored from TF1's), with its fix (the
+            proposed `assignment_map`, as code); said once. The differences
+            it explains carry it as their hint. None when every precondition held.
         keras_error: The exception the Keras side raised (also an `error`
             difference), with its traceback; None when it ran through.
         nondeterminism: TF1's own nondeterminism: each place where a hook
@@ -102,6 +106,7 @@ class MigrationReport:
     not_compared: list[str]
     notes: list[str]
     keras_error: BaseException | None = None
+    cause: str | None = None
     nondeterminism: list[str] = dataclasses.field(default_factory=list)
     drift: list[Difference] = dataclasses.field(default_factory=list)
     per_step_steps: int = 0
@@ -184,7 +189,7 @@ class MigrationReport:
             first = next(d for d in self.differences if d.hook == hook)
             rows.append([hook, *("" for _ in kinds), str(first)])
         widths = [max(len(r[i].split("\n")[0]) for r in rows) for i in range(len(kinds) + 1)]
-        lines = [head, ""]
+        lines = [head, *(["", f"Cause: {self.cause}"] if self.cause else []), ""]
         for row in rows:
             cells = [c.ljust(w) for c, w in zip(row, widths, strict=False)]
             lines.append("  ".join([*cells, row[-1]]).rstrip())

@@ -21,8 +21,9 @@ def slot_map_note(proposal: Mapping[str, str], assignment_map: Mapping[str, str]
     entries = "\n".join(f"    {theirs!r}: {mine!r}," for theirs, mine in sorted(proposal.items()))
     given = "**assignment_map, " if assignment_map else ""
     return (
-        f"the optimizer's {len(proposal)} slots named otherwise than the TF1 graph's were not restored "
-        "(matched by their variable, slot kind and shape, this map restores them):\n"
+        f"The TF1 graph holds them under other names (its optimizer's slots under another scope, or a "
+        f"custom optimizer's names): matched by their variable, slot kind and shape, these {len(proposal)} "
+        "entries restore them:\n"
         f"slot_map = {{\n{entries}\n}}\n"
         f"check_migration(..., assignment_map={{{given}**slot_map}})"
     )
