@@ -164,7 +164,7 @@ def per_step_once(steps: int) -> float:
     """Seconds of one per-step comparison of `steps` steps of the MLP, after one of 2 steps (tracing)."""
     # The version under test is the one first on sys.path (PYTHONPATH): its private stages, called
     # as check_migration calls them.
-    from hooks2callbacks._checkpoint import restore_tf1_checkpoint  # noqa: PLC0415
+    from hooks2callbacks._tf1_restore import restore_tf1_checkpoint  # noqa: PLC0415
     from hooks2callbacks.migration._compare import _Compare  # noqa: PLC0415
     from hooks2callbacks.migration._data import _batches  # noqa: PLC0415
     from hooks2callbacks.migration._steps import per_step  # noqa: PLC0415

@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hooks2callbacks._batch_logs import BatchValueError
-    from hooks2callbacks._checkpoint import TF1Restore, restore_checkpoint, restore_tf1_checkpoint
+    from hooks2callbacks._checkpoint import restore_checkpoint
     from hooks2callbacks._estimator import estimator_hooks, install_estimator_aliases
     from hooks2callbacks._fetch import UnknownLogKeyError
     from hooks2callbacks._graph import log_tensor
     from hooks2callbacks._notebook import notebook_logging
+    from hooks2callbacks._tf1_restore import TF1Restore, restore_tf1_checkpoint
     from hooks2callbacks.callback import HookCallback
     from hooks2callbacks.callback_hook import CallbackHook, TF1Model
     from hooks2callbacks.migration import MigrationReport, check_migration
@@ -24,7 +25,7 @@ _MODULES = {
     "HookCallback": "hooks2callbacks.callback",
     "MigrationReport": "hooks2callbacks.migration",
     "TF1Model": "hooks2callbacks.callback_hook",
-    "TF1Restore": "hooks2callbacks._checkpoint",
+    "TF1Restore": "hooks2callbacks._tf1_restore",
     "UnknownLogKeyError": "hooks2callbacks._fetch",
     "check_migration": "hooks2callbacks.migration",
     "estimator_hooks": "hooks2callbacks._estimator",
@@ -32,7 +33,7 @@ _MODULES = {
     "log_tensor": "hooks2callbacks._graph",
     "notebook_logging": "hooks2callbacks._notebook",
     "restore_checkpoint": "hooks2callbacks._checkpoint",
-    "restore_tf1_checkpoint": "hooks2callbacks._checkpoint",
+    "restore_tf1_checkpoint": "hooks2callbacks._tf1_restore",
 }
 __all__ = [
     "BatchValueError",

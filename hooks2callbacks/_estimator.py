@@ -42,11 +42,12 @@ import numpy as np
 import tensorflow as tf
 from google.protobuf import text_format
 
-from hooks2callbacks._checkpoint import check_assignment_map, install_saver, restore_checkpoint, restore_tf1_checkpoint
+from hooks2callbacks._checkpoint import install_saver, restore_checkpoint
 from hooks2callbacks._graph import OP_NAME, AdapterGraph, log_tensor
 from hooks2callbacks._keras_state import global_step_of
 from hooks2callbacks._model import outside_strategy
 from hooks2callbacks._seams import context, graph_mode_on
+from hooks2callbacks._tf1_restore import check_assignment_map, restore_tf1_checkpoint
 
 _T = tf.compat.v1.train
 _KEYS = tf.compat.v1.GraphKeys

@@ -32,8 +32,8 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hooks2callbacks._checkpoint import restore_tf1_checkpoint
 from hooks2callbacks._hook_list import is_factory
+from hooks2callbacks._tf1_restore import restore_tf1_checkpoint
 from hooks2callbacks.callback import HookCallback
 from hooks2callbacks.migration._compare import _Compare, _report_in_orders, split_drift, tf1_spread, with_first_steps
 from hooks2callbacks.migration._data import _batches, _check_inputs, _kind

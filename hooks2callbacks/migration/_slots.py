@@ -4,7 +4,7 @@ A custom TF1 optimizer named its slots as it liked (BERT's `AdamWeightDecayOptim
 `<variable>/adam_m`, `<variable>/adam_v`); a Keras optimizer names them after the variable's path
 and the slot's kind (`<path with _ for />_<kind>`). `restore_tf1_checkpoint` cannot match those
 by name; its `proposed_map` matches them by what they are (the slot of which variable, of which
-kind, of which shape; `hooks2callbacks._checkpoint._propose_map`, the one proposer). Here that
+kind, of which shape; `hooks2callbacks._tf1_restore._propose_map`, the one proposer). Here that
 proposal is shown once, as code to paste, and the checkpoints compared under the TF1 names.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from hooks2callbacks._checkpoint import _source_name
+from hooks2callbacks._tf1_restore import source_name
 from hooks2callbacks.migration._record import _Side
 
 
@@ -41,4 +41,4 @@ def keras_checkpoints_as_tf1(side: _Side, assignment_map: Mapping[str, str] | No
         for event in events:
             for item, values in list(event.items.items()):
                 if item.startswith("checkpoint ") and isinstance(values, dict):
-                    event.items[item] = {_source_name(name, assignment_map): v for name, v in values.items()}
+                    event.items[item] = {source_name(name, assignment_map): v for name, v in values.items()}

@@ -31,12 +31,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from hooks2callbacks._checkpoint import restore_tf1_values
 from hooks2callbacks._flavours import is_tf_keras
 from hooks2callbacks._keras_state import optimizer_of, write_variable
 from hooks2callbacks._model import saved_variables
 from hooks2callbacks._seams import keras3_train_batch
 from hooks2callbacks._tf1_names import optimizer_variables
+from hooks2callbacks._tf1_restore import restore_tf1_values
 from hooks2callbacks.migration._races import RaceWatch
 from hooks2callbacks.migration._report import Difference
 from hooks2callbacks.migration._tf1 import _Tf1Run
