@@ -121,6 +121,8 @@ def test_without_a_map_the_check_proposes_it_and_names_it_as_the_cause_then_with
     first = check(WEIGHTS)
     # The cause once, before the table, with the map as code; not again in the notes.
     assert first.cause is not None and str(first).count("slot_map = {") == 1, str(first)
+    # Never a plain OK above a cause that limited the comparison.
+    assert "OK, every hook saw and did the same" not in str(first).splitlines()[0], str(first)
     assert not any("keep their values" in n or "slot_map" in n for n in first.notes), first.notes
     slot_map = proposed_map(first)
     # Every name of the TF1 optimizer's state under its scope, each paired with its Keras twin by

@@ -176,7 +176,12 @@ class MigrationReport:
         found = {d.hook for d in self.differences}
         head = (
             f"check_migration ({self.mode}): "
-            + ("OK, every hook saw and did the same" if self.ok else f"{len(self.differences)} differences")
+            + (
+                # A cause limited the comparison: not a plain OK (the cause follows the header).
+                ("OK as far as compared, see the cause below" if self.cause else "OK, every hook saw and did the same")
+                if self.ok
+                else f"{len(self.differences)} differences"
+            )
             + f"; session runs: TF1 {self.steps.get('tf1')}, Keras {self.steps.get('keras')}"
         )
         kinds = ("calls", "values", "lines", "summaries", "checkpoints", "files")
