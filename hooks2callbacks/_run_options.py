@@ -312,7 +312,7 @@ def _device_memory(full: str, short: str) -> str:
     try:
         info = tf.config.experimental.get_memory_info(short)
     except (ValueError, tf.errors.OpError) as why:
-        return f"{full}: no memory statistics ({str(why).strip()})"
+        return f"{full}: no memory statistics (tf.config.experimental.get_memory_info: {str(why).strip()})"
     if short.upper().startswith("CPU") and not any(info.values()):
         return (
             f"{full}: TF recorded no allocations on this CPU device before the step "

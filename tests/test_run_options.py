@@ -128,12 +128,18 @@ def test_oom_reporting_hook_through_fit_names_the_hook_and_the_step_in_the_out_o
     # What TF2 knows of that device's memory: its bytes in use and peak, or, where TF recorded no
     # allocation on the CPU's allocator before (a fresh process whose Keras step ran in a graph), none.
     device = "/job:localhost/replica:0/task:0/device:CPU:0: "
-    info = tf.config.experimental.get_memory_info("CPU:0")
-    if any(info.values()):
-        in_use = r"[\d.]+ MiB in use after the failed step, peak [\d.]+ MiB"
-        assert re.search(re.escape(device) + in_use, report), report
+    try:
+        info = tf.config.experimental.get_memory_info("CPU:0")
+    except ValueError as why:
+        # A process whose CPU allocator keeps no statistics (TF turns them on only for some runs,
+        # so it depends on what ran before in this worker): the report says there are none.
+        assert f"{device}no memory statistics (tf.config.experimental.get_memory_info: {why})" in report, report
     else:
-        assert f"{device}TF recorded no allocations on this CPU device" in report, report
+        if any(info.values()):
+            in_use = r"[\d.]+ MiB in use after the failed step, peak [\d.]+ MiB"
+            assert re.search(re.escape(device) + in_use, report), report
+        else:
+            assert f"{device}TF recorded no allocations on this CPU device" in report, report
     assert "tf.config.experimental.get_memory_info" in report and "TensorBoard(profile_batch=" in report
     # Honoured, so nothing is warned of.
     assert not ours(caught)
