@@ -284,7 +284,9 @@ class HookRunner:
         """Calls every `before_run` with the step's shared context and compiles its fetches."""
         self._context = context = SessionRunContext(self._original_args, self.session)
         self._feeds = None
-        self.run_options.new_step()
+        run_options = self.run_options
+        if run_options.options is not None:  # inline: a step of hooks that ask for none calls nothing
+            run_options.new_step()
         derived = False
         # The per-step methods do inline what `_Guard` and `_invoke` do, as
         # two calls fewer per hook and step count here.
@@ -308,7 +310,8 @@ class HookRunner:
             self._start_batch()
         if self._fed:
             self._set_fed()
-        self.run_options.before_step(int(self.step))
+        if run_options.askers:
+            run_options.wrap_step(int(self.step))
 
     def _start_batch(self) -> None:
         """At the first step, before Keras runs it: the model's step gives the batch values and
@@ -340,7 +343,8 @@ class HookRunner:
             Whether a hook (or the coordinator) asked to stop.
         """
         context = cast(SessionRunContext, self._context)  # set by before_run
-        self.run_options.unwrap_step()
+        if self.run_options.report is not None:
+            self.run_options.unwrap_step()
         batch = self._batch
         self._keras_logs = logs
         if batch is not None:

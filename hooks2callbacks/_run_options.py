@@ -141,7 +141,7 @@ class StepOptions:
             merged them; None when no hook asked for any (usually).
     """
 
-    __slots__ = ("_askers", "_model", "_own_loop", "_report", "_step_function", "_unreachable", "_warned", "options")
+    __slots__ = ("askers", "_model", "_own_loop", "report", "_step_function", "_unreachable", "_warned", "options")
 
     def __init__(self, model: Any, step_function: str, own_loop: bool) -> None:
         self._model = model
@@ -149,8 +149,8 @@ class StepOptions:
         self._own_loop = own_loop
         self.options: tf.compat.v1.RunOptions | None = None
         # The hooks that asked for report_tensor_allocations_upon_oom in this step.
-        self._askers: list[str] = []
-        self._report: _OomReport | None = None
+        self.askers: list[str] = []
+        self.report: _OomReport | None = None
         self._unreachable: str | None = None  # why the report cannot be made ("": it can); None: not asked yet
         # (hook method, what it asked for) already warned of in this run: each is said once.
         self._warned: set[tuple[str, str]] = set()
@@ -158,12 +158,7 @@ class StepOptions:
     def new_step(self) -> None:
         """Forgets the previous step's options."""
         if self.options is not None:
-            self.options, self._askers = None, []
-
-    def before_step(self, step: int) -> None:
-        """After every `before_run`: wraps the model's step for an out-of-memory report if a hook asked."""
-        if self._askers:
-            self._wrap_step(step)
+            self.options, self.askers = None, []
 
     def request(self, where: str, options: tf.compat.v1.RunOptions) -> None:
         """Takes a hook's RunOptions for the step: each field it sets is honoured, or said once
@@ -194,7 +189,7 @@ class StepOptions:
         if self._unreachable:
             self.warn_once(where, _REPORT_OOM, _oom_unreachable(where, self._unreachable))
         else:
-            self._askers.append(where)
+            self.askers.append(where)
 
     def _why_unreachable(self) -> str:
         """Why this run cannot note the step's out-of-memory error; empty where it can."""
@@ -231,21 +226,21 @@ class StepOptions:
                 "keras.callbacks.TensorBoard(profile_batch=...).",
             )
 
-    def _wrap_step(self, step: int) -> None:
+    def wrap_step(self, step: int) -> None:
         """Makes Keras's loop call the model's step through `_OomReport` for this step."""
         function = getattr(self._model, self._step_function, None)
         if function is None:
             return
-        self._report = report = _OomReport(function, self, tuple(self._askers), step)
+        self.report = report = _OomReport(function, self, tuple(self.askers), step)
         # Past Keras's __setattr__, as `_batch` sets it: nothing for it to track.
         object.__setattr__(self._model, self._step_function, report)
 
     def unwrap_step(self) -> None:
         """Gives the model back the step function it had before `_wrap_step`."""
-        report = self._report
+        report = self.report
         if report is None:
             return
-        self._report = None
+        self.report = None
         function = report.function
         if getattr(self._model, self._step_function, None) is report:
             object.__setattr__(self._model, self._step_function, function)
