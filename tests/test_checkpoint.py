@@ -347,6 +347,103 @@ def test_an_estimator_run_continues_in_keras_as_under_tf1(K, tmp_path, optimizer
     assert "dense/kernel <- dense/kernel" in str(report)
 
 
+class LazyAdamOptimizer(T.AdamOptimizer):
+    """Written after TF 1.x's `tf.contrib.opt.LazyAdamOptimizer` (gone with tf.contrib): Adam's state
+    under Adam's names (`<variable>/Adam`, `Adam_1`, `beta1_power`, `beta2_power`), but a sparse
+    gradient (an embedding lookup's) updates the moments and the variable of the rows it holds only."""
+
+    def _apply_sparse(self, grad, var):
+        beta1_power, beta2_power = (tf.cast(p, var.dtype.base_dtype) for p in self._get_beta_accumulators())
+        beta1, beta2 = (tf.cast(b, var.dtype.base_dtype) for b in (self._beta1_t, self._beta2_t))
+        rate = tf.cast(self._lr_t, var.dtype.base_dtype) * tf.sqrt(1 - beta2_power) / (1 - beta1_power)
+        m, v = self.get_slot(var, "m"), self.get_slot(var, "v")
+        rows = grad.indices
+        m_rows = beta1 * tf.gather(m, rows) + (1 - beta1) * grad.values
+        v_rows = beta2 * tf.gather(v, rows) + (1 - beta2) * tf.square(grad.values)
+        m_update = tf.compat.v1.scatter_update(m, rows, m_rows)
+        v_update = tf.compat.v1.scatter_update(v, rows, v_rows)
+        step = rate * m_rows / (tf.sqrt(v_rows) + tf.cast(self._epsilon_t, var.dtype.base_dtype))
+        return tf.group(tf.compat.v1.scatter_sub(var, rows, step), m_update, v_update)
+
+
+def test_the_lazy_adam_of_the_tests_is_lazy_where_tf1s_adam_is_not():
+    """Two steps on an embedding table, row 0 looked up first, then row 1: LazyAdam leaves row 0's
+    first moment as step 1 left it, TF1's AdamOptimizer decays every row's."""
+    moments = {}
+    for optimizer in (LazyAdamOptimizer, T.AdamOptimizer):
+        with tf.Graph().as_default():
+            table = tf.compat.v1.get_variable("table", initializer=np.ones((3, 2), np.float32), use_resource=False)
+            row = tf.compat.v1.placeholder(tf.int32, [1])
+            train = optimizer(0.1).minimize(tf.reduce_sum(tf.nn.embedding_lookup(table, row)))
+            (m,) = (v for v in tf.compat.v1.global_variables() if v.op.name == "table/Adam")
+            with tf.compat.v1.Session() as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                session.run(train, {row: [0]})
+                after_one = session.run(m)[0]
+                session.run(train, {row: [1]})
+                moments[optimizer.__name__] = (after_one, session.run(m))
+    lazy_one, lazy = moments["LazyAdamOptimizer"]
+    dense_one, dense = moments["AdamOptimizer"]
+    np.testing.assert_array_equal(lazy_one, dense_one)  # the same first step
+    np.testing.assert_array_equal(lazy[0], lazy_one)
+    np.testing.assert_allclose(dense[0], 0.9 * dense_one, rtol=1e-6)
+    np.testing.assert_array_equal(lazy[2], 0)
+
+
+class UnderScope:
+    """A model_fn's `with tf.variable_scope(scope):` around its optimizer, as zjy-ucas/ChineseNER's
+    `model.py` builds its Adam under "optimizer": TF1 names the state `<scope>/<variable>/<slot>` and,
+    for Adam, `<scope>/beta1_power`."""
+
+    def __init__(self, make, scope="optimizer"):
+        self.make, self.scope = make, scope
+
+    def __call__(self, rate):
+        self.optimizer = self.make(rate)
+        return self
+
+    def minimize(self, loss, global_step):
+        with tf.compat.v1.variable_scope(self.scope):
+            return self.optimizer.minimize(loss, global_step=global_step)
+
+
+SCOPED = {**OPTIMIZERS, "lazy_adam": (LazyAdamOptimizer, OPTIMIZERS["adam"][1])}
+
+
+@pytest.mark.parametrize("optimizer", list(SCOPED))
+def test_an_optimizer_under_a_scope_gets_its_map_proposed_and_continues_as_under_tf1_with_it(tmp_path, optimizer):
+    """The state of an optimizer built under a variable scope, restored with the map the report
+    proposes (no map given): every name under the scope paired with its variable's slot of its kind,
+    and the continued run's losses TF1's. (The MLP's gradients are dense: LazyAdam's steps are Adam's.)"""
+    tf1_optimizer, keras_optimizer = SCOPED[optimizer]
+    start = weights_of(make_model(layer_names=TF1_NAMES))
+    tf1_train(tmp_path / "run", start, 10, UnderScope(tf1_optimizer))
+    keras_dir = tmp_path / "keras"
+    keras_dir.mkdir()
+    for name in os.listdir(tmp_path / "run"):
+        if name.startswith(("model.ckpt-10", "checkpoint")):
+            (keras_dir / name).write_bytes((tmp_path / "run" / name).read_bytes())
+    tf1_losses = tf1_train(tmp_path / "run", start, 20, UnderScope(tf1_optimizer))
+    with tf.Graph().as_default():
+        scoped = sorted(n for n, _ in tf.train.list_variables(str(keras_dir)) if n.startswith("optimizer/"))
+
+    def compiled():
+        model = make_model(layer_names=TF1_NAMES)
+        model.compile(
+            optimizer=keras_optimizer(keras), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
+        return model
+
+    with pytest.warns(UserWarning, match="assignment_map"):
+        first = restore_tf1_checkpoint(compiled(), str(keras_dir))
+    assert sorted(first.proposed_map) == scoped and sorted(first.unused) == scoped, str(first)
+    assert all(theirs == f"optimizer/{mine}" for theirs, mine in first.proposed_map.items()), str(first)
+    model = compiled()
+    report, keras_losses = continue_in_keras(model, keras_dir, 20, assignment_map=first.proposed_map)
+    assert report.not_restored == [] and report.unused == [] and report.proposed_map == {}, str(report)
+    assert keras_losses == pytest.approx(tf1_losses, abs=1e-5)
+
+
 def test_the_report_names_what_was_restored_and_a_warning_says_what_was_not(K, tmp_path):
     """An Estimator trained with plain gradient descent continued on Adam: the weights and the step
     are restored, Adam's slots cannot be, and the report and a warning say so."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from test_migration import NAMES, V1, X, Y, keras_twin, model_fn
 
-from hooks2callbacks import check_migration, estimator_hooks
+from hooks2callbacks import check_migration, estimator_hooks, log_tensor
 from hooks2callbacks._estimator import EstimatorSpec
 from hooks2callbacks.migration import side
 
@@ -22,6 +22,43 @@ def test_estimator_hooks_in_a_factory_run_on_both_sides():
     # Estimator's "loss = ..., step = ..." line fetched the global step variable next to the train op.
     (race,) = report.nondeterminism
     assert race.startswith("5 LoggingTensorHook results['step']") and "'global_step'" in race
+
+
+def summaries_model_fn(features, labels, mode, params):
+    """The model_fn with summaries of its own, as official r1 ResNet's wrote its cross entropy and others
+    their logits' histogram: Estimator's SummarySaverHook merged them with its loss summary.
+
+    (Not its streaming accuracy: a tf.metrics update runs in TF1 only in the runs that fetch it, so
+    a summary of it every other step is the accuracy of those steps' batches, where Keras's
+    `accuracy` is every batch's.)"""
+    spec = model_fn(features, labels, mode, params)
+    graph = V1.get_default_graph()
+    V1.summary.scalar("batch_loss", graph.get_tensor_by_name("cross_entropy:0"))
+    V1.summary.histogram("logits", graph.get_tensor_by_name("dense_1/BiasAdd:0"))
+    return spec
+
+
+def test_summaries_in_the_model_fn_are_hinted_with_the_way_out_and_ok_once_built_on_the_keras_side():
+    def estimator_only():
+        return estimator_hooks("model_dir", save_summary_steps=2, log_step_count_steps=None)
+
+    report = check_migration(summaries_model_fn, keras_twin(), estimator_only, (X, Y), steps=6, names=NAMES)
+    assert report.differences and all(d.hook == "2 SummarySaverHook" for d in report.differences), str(report)
+    missing = {d.key.split("'")[1] for d in report.differences if d.kind == "missing"}
+    assert missing == {"batch_loss", "logits"}, str(report)
+    hints = {d.key: d.hint or "" for d in report.differences}
+    assert all("the TF1 graph's own summary ops" in hint for hint in hints.values()), str(report)
+    assert "tf.compat.v1.summary.histogram('logits', log_tensor(...))" in hints["summary 'logits' (histo)"]
+
+    def built_on_both_sides():
+        if side() == "keras":  # the model_fn's summaries, from the Keras logs that hold their values
+            V1.summary.scalar("batch_loss", log_tensor("loss"))
+            V1.summary.histogram("logits", log_tensor("predictions"))
+        return estimator_only()
+
+    report = check_migration(summaries_model_fn, keras_twin(), built_on_both_sides, (X, Y), steps=6, names=NAMES)
+    assert report.ok, str(report)
+    assert report.compared["2 SummarySaverHook"]["summaries"] == 9  # loss, batch_loss, logits at steps 1, 3, 5
 
 
 def test_a_factory_asks_which_side_it_is_on():

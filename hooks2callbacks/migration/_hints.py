@@ -63,6 +63,9 @@ def _hints(
             "tf.compat.v1.nn.fused_batch_norm (docs/check-migration.md, 'Batch norm as TF1 had it')."
         )
     slot_hint = _slot_hint(differences)
+    # The TF1 graph's own summaries by tag (a v1 summary op is named as its tag) and the function that writes one.
+    summary_ops = graph.get_collection(tf.compat.v1.GraphKeys.SUMMARIES) if graph is not None else []
+    graph_summaries = {t.op.name: _SUMMARY_FUNCTIONS.get(t.op.type, "scalar") for t in summary_ops}
     rate_changed = _momentum_rate_changes(graph, keras_model)
     # Under Adam's epsilon difference the two sides drift apart a little: a streaming value
     # is then the running mean of the other side's only to about 1%.
@@ -92,6 +95,14 @@ def _hints(
             hint = (
                 "a TF1 name the hooks use is not in the names map, and no Keras log key is called so: "
                 "add it to names=, such as names={'cross_entropy': 'loss'}."
+            )
+        elif tags := _tf1_only_summaries(d, graph_summaries):
+            hint = (
+                f"TF1 wrote {', '.join(map(repr, tags))} from the TF1 graph's own summary ops (tf.compat.v1.summary.* "
+                "in the model_fn, which SummarySaverHook merges); the Keras model has no such op. Build it in "
+                f"the hooks factory on the Keras side: if side() == 'keras': "
+                f"tf.compat.v1.summary.{graph_summaries[tags[0]]}({tags[0]!r}, log_tensor(...)) "
+                "(docs/check-migration.md, 'Summaries in the model_fn')."
             )
         elif values and _streaming(values[0], values[1], rtol=streaming_rtol):
             hint = (
@@ -178,6 +189,20 @@ def _momentum_rate_changes(graph: Any, keras_model: Any) -> Callable[[int], bool
 def _first_change(changed: Callable[[int], bool], step: int) -> bool:
     """Whether the rate changed at a step before `step` (a free-running value shows an update late)."""
     return any(changed(k) for k in range(1, step))
+
+
+_SUMMARY_FUNCTIONS = {"HistogramSummary": "histogram", "ImageSummary": "image", "AudioSummaryV2": "audio"}
+
+
+def _tf1_only_summaries(d: Difference, graph_summaries: Mapping[str, str]) -> list[str]:
+    """The tags of the TF1 graph's summary ops that `d` shows written on the TF1 side only."""
+    if d.key.startswith("summary '") and d.kind == "missing" and d.keras is None:
+        shown = [d.key.split("'")[1]]
+    elif d.key.startswith("results") and isinstance(d.tf1, dict) and isinstance(d.keras, dict):
+        shown = sorted(k.split("'")[1] for k in d.tf1.keys() - d.keras.keys() if str(k).startswith("summary '"))
+    else:
+        return []
+    return [tag for tag in shown if tag in graph_summaries]
 
 
 def _streaming(tf1: list[float], keras: list[float], rtol: float = 1e-4) -> bool:
