@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import keras
 import modelled_hooks
 import numpy as np
@@ -268,3 +270,23 @@ def test_weights_that_cannot_be_matched_are_an_error_before_any_hook_runs():
 
 def test_the_report_type_is_public():
     assert "check_migration" in hooks2callbacks.__all__ and "MigrationReport" in hooks2callbacks.__all__
+
+
+def test_the_tf1_start_is_the_same_in_every_check_whatever_the_process_drew_before():
+    """`tf.compat.v1.layers` in TF 2.16+ (tf_keras's legacy layers) seed an unseeded initializer from
+    Python's `random`: the check seeds it while the model_fn builds, so the start (and the verdict)
+    does not depend on what ran before in the process; the caller's random stream is left as it was."""
+
+    def hooks():
+        return [V1.train.LoggingTensorHook({"loss": "cross_entropy:0"}, every_n_iter=1)]
+
+    losses = []
+    for draws in (0, 3):
+        twin = keras_twin()  # (which seeds Python's random itself)
+        for _ in range(draws):
+            random.random()  # what earlier code in the process drew
+        before = random.getstate()
+        report = check_migration(model_fn, twin, hooks, (X, Y), steps=1, names=NAMES, per_step=False)
+        assert random.getstate() == before
+        losses.append(report.values[("0 LoggingTensorHook", "results['loss']")]["tf1"])
+    assert losses[0] == losses[1]

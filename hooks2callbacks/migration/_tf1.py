@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,7 +44,7 @@ class _Tf1Run:
             features, labels = self._inputs()
             # The step's read happens before the increment, so hooks see the stale step as the
             # stock hooks assume (Estimator left it to the scheduler).
-            with tf.control_dependencies([read]), _legacy_layers():
+            with tf.control_dependencies([read]), _legacy_layers(), _fixed_start():
                 spec = model_fn(features=features, labels=labels, mode=_TF1_MODE[mode], params=params or {})
                 spec = _as_estimator_spec(spec)
             self.fetches = self._fetches(spec)
@@ -166,6 +167,30 @@ def _as_estimator_spec(spec: Any) -> Any:
     """
     convert = getattr(spec, "as_estimator_spec", None)
     return convert() if callable(convert) else spec
+
+
+@contextlib.contextmanager
+def _fixed_start(seed: int = 0) -> Iterator[None]:
+    """The TF1 graph's initial values the same in every check, in any process: one start, one verdict.
+
+    Both sides start from the TF1 graph's initial values. TF1 drew them from the graph
+    seed, random where the model_fn set none, so the graph seed defaults to `seed` (a
+    model_fn's own `set_random_seed` replaces it). `tf.compat.v1.layers` in TF 2.16+
+    (tf_keras's legacy layers) draw an unseeded initializer's seed from Python's
+    `random`, whatever the graph seed (`tf_keras` backend, `RandomGenerator._create_seed`),
+    so the start depended on what the process had drawn before (the tests that ran
+    earlier in its worker): Python's and NumPy's global generators are seeded too while
+    the model_fn builds, and the caller's states put back after.
+    """
+    tf.compat.v1.set_random_seed(seed)
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    random.seed(seed)
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
 
 
 @contextlib.contextmanager
