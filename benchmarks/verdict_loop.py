@@ -9,13 +9,15 @@ For each job of `check_migration.py --real-jobs` (the public BERT and ResNet job
 after public ones) and the tagging job of tests/test_public_jobs_ner.py (with its proposed map), and
 each mode, the check runs `--runs` times in a row while `--load` other processes keep the CPUs busy
 (a numpy matrix product in a loop, started here and ended here). Each run prints its verdict and its
-first difference; each job ends with the verdicts counted. A check whose verdict flips with the
-machine's load prints two verdicts for one job.
+first difference, and a digest of the whole printed report (every value, difference and drift
+line); each job ends with the verdicts and digests counted. A check whose verdict flips with the
+machine's load prints two verdicts for one job; one whose report moves at all, two digests.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import multiprocessing
 import pathlib
 import sys
@@ -66,6 +68,7 @@ def main() -> None:
                 continue
             for mode in args.modes.split(","):
                 verdicts: Counter[str] = Counter()
+                digests: Counter[str] = Counter()
                 for run in range(args.runs):
                     with tempfile.TemporaryDirectory() as directory:
                         start = time.perf_counter()
@@ -73,9 +76,18 @@ def main() -> None:
                         took = time.perf_counter() - start
                     verdict = "ok" if report.ok else f"{len(report.differences)} differences"
                     first = str(report.differences[0]).split("\n")[0] if report.differences else "-"
+                    digest = hashlib.sha1(str(report).encode()).hexdigest()[:8]
                     verdicts[verdict] += 1
-                    print(f"{name} {mode} run {run}: {verdict} ({took:.1f} s); first: {first}", flush=True)
-                print(f"{name} {mode}: {dict(verdicts)} over {args.runs} runs, load {args.load}", flush=True)
+                    digests[digest] += 1
+                    print(
+                        f"{name} {mode} run {run}: {verdict} ({took:.1f} s), report {digest}; first: {first}",
+                        flush=True,
+                    )
+                print(
+                    f"{name} {mode}: {dict(verdicts)}, {len(digests)} distinct report(s) over {args.runs} runs, "
+                    f"load {args.load}",
+                    flush=True,
+                )
     finally:
         stop.set()
         for process in load:
