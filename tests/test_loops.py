@@ -5,17 +5,12 @@ hand, as the `keras.callbacks.Callback` docstring shows; the model is not compil
 and the optimizer is handed to the callback. The same hooks run under a real
 `MonitoredSession` on the TF1 twin of the model (`support.tf1_mlp`) for comparison.
 
-The JAX and PyTorch loops run in a subprocess per backend (`test_loops_on_backend`,
-slow), as `test_backends.py` runs the contract suites.
+The JAX and PyTorch loops run in `test_backends.py`'s process per backend, with the contract suites.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
-import pathlib
-import subprocess
-import sys
 import warnings
 from typing import Any
 
@@ -519,30 +514,3 @@ def test_torch_loop_runs_hooks_as_monitored_session_does(tmp_path):
         np.testing.assert_allclose(
             tf.train.load_variable(str(tmp_path / "torch"), name), final[name], rtol=1e-5, atol=1e-6
         )
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend, package", [("jax", "jax"), ("torch", "torch")])
-def test_loops_on_backend(backend, package):
-    """This file again with KERAS_BACKEND set: the JAX or PyTorch loop, and checkpoints under fit."""
-    if keras.backend.backend() != "tensorflow":
-        pytest.skip("run from the TensorFlow process")
-    if importlib.util.find_spec(package) is None:
-        pytest.skip(f"KERAS_BACKEND={backend} needs the {package!r} package: pip install '.[backends]'")
-    here = pathlib.Path(__file__).parent
-    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-m",
-        "not slow",
-        pathlib.Path(__file__).name,
-    ]
-    done = subprocess.run(command, cwd=here, env=env, capture_output=True, text=True, timeout=900)
-    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-    assert done.returncode == 0, f"KERAS_BACKEND={backend}: {summary}\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
-    assert " passed" in summary and " failed" not in summary, summary
