@@ -3,7 +3,7 @@
 Run from the repository root:
 
     TF_CPP_MIN_LOG_LEVEL=3 PYTHONPATH=. python benchmarks/verdict_loop.py [--runs 10] [--load 1]
-        [--jobs ner,mnist_like] [--modes train,eval]
+        [--jobs ner,mnist_like] [--modes train,eval] [--save DIR]
 
 For each job of `check_migration.py --real-jobs` (the public BERT and ResNet jobs, the jobs written
 after public ones) and the tagging job of tests/test_public_jobs_ner.py (with its proposed map), and
@@ -54,6 +54,7 @@ def main() -> None:
     parser.add_argument("--load", type=int, default=1, help="busy processes beside the checks")
     parser.add_argument("--jobs", default="", help="comma-separated substrings of the job names (default: all)")
     parser.add_argument("--modes", default="train,eval")
+    parser.add_argument("--save", default="", help="a folder to write each printed report to, to diff them")
     args = parser.parse_args()
     checks = {name: check for name, (check, _, _) in bench.real_job_checks().items()}
     checks["ner (after zjy-ucas/ChineseNER)"] = ner_check
@@ -77,6 +78,9 @@ def main() -> None:
                     verdict = "ok" if report.ok else f"{len(report.differences)} differences"
                     first = str(report.differences[0]).split("\n")[0] if report.differences else "-"
                     digest = hashlib.sha1(str(report).encode()).hexdigest()[:8]
+                    if args.save:
+                        slug = "".join(c if c.isalnum() else "_" for c in name)
+                        (pathlib.Path(args.save) / f"{slug}-{mode}-{run}-{digest}.txt").write_text(str(report))
                     verdicts[verdict] += 1
                     digests[digest] += 1
                     print(
