@@ -127,3 +127,16 @@ def test_an_embedding_lookup_of_a_table_the_run_updates_is_a_race_as_a_read_is()
             assert variable == "table" and ("ResourceScatter" in write or "ResourceSparseApply" in write), write
             assert watch.pure(tensor)  # evaluated alone in either order, without side effects
         assert watch.race(ordered) is None
+
+
+def test_the_races_of_the_train_op_come_in_the_order_of_their_names():
+    # BERT's create_optimizer reads the global step twice (its decay and its warmup) in the run that
+    # increments it: the report lists each race, in one order on every run (a set's order follows the
+    # ops' addresses, and gave one report two texts). Twenty reads, made in reverse name order.
+    with tf.Graph().as_default() as graph:
+        step = V1.train.get_or_create_global_step()
+        weight = V1.get_variable("w", initializer=1.0)
+        reads = [tf.cast(step, tf.float32, name=f"rate_{i:02d}") for i in reversed(range(20))]
+        train_op = tf.group(V1.assign_sub(weight, tf.add_n(reads) * weight), V1.assign_add(step, 1))
+        races = RaceWatch(graph, train_op).run_races()
+    assert [read.name.split("/")[0] for read, _, _ in races] == [f"rate_{i:02d}" for i in range(20)]

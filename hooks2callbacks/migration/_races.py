@@ -122,8 +122,12 @@ def _parents(op: Any) -> Iterator[Any]:
     yield from op.control_inputs
 
 
-def _ancestors(ops: Iterable[Any]) -> set[Any]:
-    """Every op the given ops need (themselves included)."""
+def _ancestors(ops: Iterable[Any]) -> list[Any]:
+    """Every op the given ops need (themselves included), by name.
+
+    By name, not in a set's order: that follows the ops' addresses, which differ from run to
+    run, and the races found, in that order, were the report's lines.
+    """
     found: set[Any] = set()
     stack = list(ops)
     while stack:
@@ -132,7 +136,7 @@ def _ancestors(ops: Iterable[Any]) -> set[Any]:
             continue
         found.add(op)
         stack.extend(_parents(op))
-    return found
+    return sorted(found, key=lambda op: op.name)
 
 
 def _reaches(start: Any, target: Any) -> bool:
