@@ -211,7 +211,15 @@ def _streaming(tf1: list[float], keras: list[float], rtol: float = 1e-4) -> bool
     if n < 2:
         return False
     means = np.cumsum(keras[:n]) / np.arange(1, n + 1)
-    return bool(np.allclose(tf1[:n], means, rtol=rtol, atol=1e-6)) and not np.allclose(tf1[:n], keras[:n], rtol=rtol)
+    if np.allclose(tf1[:n], keras[:n], rtol=rtol):
+        return False
+    if np.allclose(tf1[:n], means, rtol=rtol, atol=1e-6):
+        return True
+    # Where the sides drift (another epsilon), a metric of whole samples (an accuracy) moves by one
+    # sample now and then: still the running mean, by far nearer it than the batch's own values.
+    off_means = float(np.mean(np.abs(np.asarray(tf1[:n]) - means)))
+    off_batches = float(np.mean(np.abs(np.asarray(tf1[:n]) - np.asarray(keras[:n]))))
+    return rtol > 1e-3 and n >= 4 and off_means < 0.2 * off_batches
 
 
 def _near(tf1: Any, keras: Any, rtol: float = 0.05) -> bool:
