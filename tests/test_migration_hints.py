@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import keras
+import numpy as np
 import tensorflow as tf
 from test_migration import NAMES, V1, X, Y, keras_twin, model_fn
 from test_migration_steps import bn_model_fn, bn_twin, log_loss
 
 from hooks2callbacks import check_migration
 from hooks2callbacks._estimator import EstimatorSpec
+from hooks2callbacks.migration._hints import _streaming
 
 
 def test_the_adam_hint_reads_the_tf1_graphs_own_epsilon():
@@ -77,3 +79,15 @@ def test_custom_optimizer_slots_get_an_assignment_map_hint():
     names = [d for d in report.differences if d.key.endswith(" names")]
     assert names, str(report)
     assert "assignment_map={" in names[0].hint and "'dense/kernel/adam_m': 'dense/kernel/Momentum'" in names[0].hint
+
+
+def test_a_streaming_accuracy_is_found_under_drift_where_one_sample_flipped():
+    # Keras's batch accuracies, and TF1's streaming accuracy of the same batches with one sample of
+    # step 3 classified otherwise (the sides drift under another Adam epsilon): still the running mean.
+    batches = [3 / 32, 1 / 32, 4 / 32, 2 / 32, 5 / 32, 3 / 32]
+    streaming = list(np.cumsum(batches) / np.arange(1, 7))
+    for k in range(3, 6):
+        streaming[k] += 1 / (32 * (k + 1))
+    assert _streaming(streaming, batches, rtol=2e-2)  # the tolerance under drift
+    assert not _streaming(streaming, batches, rtol=1e-4)  # no drift: the running means exactly
+    assert not _streaming([b + 0.01 for b in batches], batches, rtol=2e-2)  # another value, not a mean
