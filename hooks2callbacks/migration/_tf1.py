@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -186,11 +187,18 @@ def _fixed_start(seed: int = 0) -> Iterator[None]:
     python_state, numpy_state = random.getstate(), np.random.get_state()
     random.seed(seed)
     np.random.seed(seed)
+    # After tf_keras.utils.set_random_seed, tf_keras draws those seeds from a generator of its own.
+    seeds = getattr(sys.modules.get("tf_keras.src.backend"), "_SEED_GENERATOR", None)
+    generator = getattr(seeds, "generator", None)
+    if generator is not None:
+        seeds.generator = random.Random(seed)  # type: ignore[union-attr]
     try:
         yield
     finally:
         random.setstate(python_state)
         np.random.set_state(numpy_state)
+        if generator is not None:
+            seeds.generator = generator  # type: ignore[union-attr]
 
 
 @contextlib.contextmanager
