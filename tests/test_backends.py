@@ -17,28 +17,29 @@ import sys
 import pytest
 
 TESTS = pathlib.Path(__file__).parent
-CONTRACT_SUITES = (
-    "test_batch.py",
-    "test_callback.py",
-    "test_differential.py",
-    "test_invariance.py",
-    "test_loops.py",
-    "test_model.py",
-    "test_run_options.py",
-    "test_seams.py",
-    "test_stock_hooks.py",
-    "test_tensors.py",
-)
-TIMEOUT_S = 1800
+# The contract suites and the custom loops, in three groups of about equal time (3 to 4 minutes
+# each on a loaded 2-core machine): one pytest process per backend and group. One process per
+# suite paid 13 to 18 s of imports twenty times over; one per backend was a single 10-minute test
+# that held a pytest-xdist worker while the other ran dry.
+SUITE_GROUPS = {
+    "invariance-callback-run_options": ("test_invariance.py", "test_callback.py", "test_run_options.py"),
+    "batch-loops-seams": ("test_batch.py", "test_loops.py", "test_seams.py"),
+    "stock_hooks-model-tensors-differential": (
+        "test_stock_hooks.py",
+        "test_model.py",
+        "test_tensors.py",
+        "test_differential.py",
+    ),
+}
+TIMEOUT_S = 1200
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("group", list(SUITE_GROUPS))
 @pytest.mark.parametrize("backend, package", [("jax", "jax"), ("torch", "torch")])
-def test_contract_suites_pass_on_backend(backend, package):
-    # One pytest process per backend: TensorFlow, Keras and the backend take 13 to 18 s to import
-    # on 2 cores, which one process per suite paid ten times over. Their slow tests are left out:
-    # each is TensorFlow's alone (the step's graph, the OOM report, tf_keras's graph mode) and
-    # skips or repeats the TensorFlow run's work under another KERAS_BACKEND.
+def test_contract_suites_pass_on_backend(backend, package, group):
+    # Their slow tests are left out: each is TensorFlow's alone (the step's graph, the OOM report,
+    # tf_keras's graph mode) and skips or repeats the TensorFlow run's work under another KERAS_BACKEND.
     if importlib.util.find_spec(package) is None:
         pytest.skip(
             f"KERAS_BACKEND={backend} needs the {package!r} package, which is not installed: "
@@ -47,11 +48,11 @@ def test_contract_suites_pass_on_backend(backend, package):
     env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
     command = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-m", "not slow"]
     done = subprocess.run(
-        [*command, *CONTRACT_SUITES], cwd=TESTS, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+        [*command, *SUITE_GROUPS[group]], cwd=TESTS, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
     )
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     failed = "\n".join(line for line in done.stdout.splitlines() if line.startswith(("FAILED", "ERROR")))
     assert done.returncode == 0, (
-        f"KERAS_BACKEND={backend}: {summary}\n{failed}\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
+        f"KERAS_BACKEND={backend} {group}: {summary}\n{failed}\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
     )
     assert " passed" in summary and not re.search(r"\d+ (failed|errors?)\b", summary), summary

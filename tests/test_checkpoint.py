@@ -300,6 +300,16 @@ class Losses(T.SessionRunHook):
         self.values.append(run_values.results)
 
 
+def copy_of_step_10(tmp_path):
+    """The step-10 checkpoint of `tmp_path/run`, copied for Keras to read: TF1 continues in the original."""
+    keras_dir = tmp_path / "keras"
+    keras_dir.mkdir()
+    for name in os.listdir(tmp_path / "run"):
+        if name.startswith(("model.ckpt-10", "checkpoint")):
+            (keras_dir / name).write_bytes((tmp_path / "run" / name).read_bytes())
+    return keras_dir
+
+
 def continue_in_keras(model, directory, steps, **restore_kwargs):
     report = restore_tf1_checkpoint(model, str(directory), **restore_kwargs)
     losses = Losses()
@@ -331,11 +341,7 @@ def test_an_estimator_run_continues_in_keras_as_under_tf1(K, tmp_path, optimizer
     tf1_optimizer, keras_optimizer = OPTIMIZERS[optimizer]
     start = weights_of(make_model(K, layer_names=TF1_NAMES))
     tf1_train(tmp_path / "run", start, 10, tf1_optimizer)
-    keras_dir = tmp_path / "keras"
-    keras_dir.mkdir()
-    for name in os.listdir(tmp_path / "run"):  # Keras reads a copy: TF1 continues in the original
-        if name.startswith(("model.ckpt-10", "checkpoint")):
-            (keras_dir / name).write_bytes((tmp_path / "run" / name).read_bytes())
+    keras_dir = copy_of_step_10(tmp_path)
     tf1_losses = tf1_train(tmp_path / "run", start, 20, tf1_optimizer)
 
     model = make_model(K, layer_names=TF1_NAMES)
@@ -418,11 +424,7 @@ def test_an_optimizer_under_a_scope_gets_its_map_proposed_and_continues_as_under
     tf1_optimizer, keras_optimizer = SCOPED[optimizer]
     start = weights_of(make_model(layer_names=TF1_NAMES))
     tf1_train(tmp_path / "run", start, 10, UnderScope(tf1_optimizer))
-    keras_dir = tmp_path / "keras"
-    keras_dir.mkdir()
-    for name in os.listdir(tmp_path / "run"):
-        if name.startswith(("model.ckpt-10", "checkpoint")):
-            (keras_dir / name).write_bytes((tmp_path / "run" / name).read_bytes())
+    keras_dir = copy_of_step_10(tmp_path)
     tf1_losses = tf1_train(tmp_path / "run", start, 20, UnderScope(tf1_optimizer))
     with tf.Graph().as_default():
         scoped = sorted(n for n, _ in tf.train.list_variables(str(keras_dir)) if n.startswith("optimizer/"))
@@ -591,11 +593,7 @@ def test_momentum_under_a_schedule_is_restored_at_the_rate_of_the_checkpoints_la
 
     start = weights_of(make_model(layer_names=TF1_NAMES))
     tf1_train(tmp_path / "run", start, 10, momentum)  # 10 steps: the batches in the order Keras reads them
-    keras_dir = tmp_path / "keras"
-    keras_dir.mkdir()
-    for name in os.listdir(tmp_path / "run"):  # Keras reads a copy: TF1 continues in the original
-        if name.startswith(("model.ckpt-10", "checkpoint")):
-            (keras_dir / name).write_bytes((tmp_path / "run" / name).read_bytes())
+    keras_dir = copy_of_step_10(tmp_path)
     tf1_losses = tf1_train(tmp_path / "run", start, 6, momentum)
 
     model = make_model(layer_names=TF1_NAMES)
