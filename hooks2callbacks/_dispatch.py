@@ -433,6 +433,10 @@ class HookRunner:
                 self._batch.close()
             self.session.close()
             _runs.leave(self)
+            # The loop's frame keeps its locals, Keras's data iterator among them, and they keep
+            # this run (the callbacks): a cycle that only the garbage collector would break, later,
+            # where tf.data's iterator can hold up its deletion for seconds.
+            self._loop = None
             if self._loop_state is not None:
                 register_loop_state(self.model, None)
             if self._lent_optimizer:

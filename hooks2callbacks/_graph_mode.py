@@ -592,6 +592,7 @@ class GraphModeRunner:
             savers = self.graph.get_collection_ref(tf.compat.v1.GraphKeys.SAVERS)
             savers[:] = [saver for saver in savers if saver is not self._saver]
         _runs.leave(self)
+        self._loop = None  # as HookRunner.close: no cycle through the loop's frame
 
     def _call_factory(self, name: str, factory: Callable[[], Any]) -> Any:
         self.caller = name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 import keras
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from support import OnlyAfterRun, Recorder, RecordingHook, iterations, make_data, make_model, needs_backend
+from tensorflow.python.data.ops import iterator_ops
 from tensorflow.python.training import training_util
 
 from hooks2callbacks import HookCallback, log_tensor
@@ -419,3 +421,21 @@ def test_an_eval_callback_that_fit_ran_raises_no_warning(K, recwarn):
         X, Y, batch_size=32, epochs=2, verbose=0, validation_data=make_data(64, seed=1), callbacks=[callback]
     )
     assert not [w for w in recwarn if "HookCallback" in str(w.message)]
+
+
+@needs_backend("tensorflow", reason="Keras's other backends read arrays without tf.data")
+def test_a_finished_fit_leaves_no_cycle_that_holds_keras_data_iterator(K):
+    # The run kept Keras's loop frame, whose locals hold the callbacks: a cycle that kept the
+    # fit's tf.data iterator until the garbage collector ran, and deleting it then stood still
+    # for seconds.
+    model = make_model(K)
+    hook = RecordingHook("h", [], fetches="loss")
+    gc.collect()
+    gc.disable()
+    try:
+        model.fit(X, Y, batch_size=32, epochs=2, verbose=0, callbacks=[HookCallback(hook)])
+        alive = [o for o in gc.get_objects() if isinstance(o, iterator_ops.OwnedIterator)]
+    finally:
+        gc.enable()
+    assert len(hook.results) == 20
+    assert alive == []
