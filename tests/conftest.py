@@ -3,6 +3,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+import gc  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
@@ -10,11 +11,11 @@ import pathlib  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
-import keras  # noqa: E402
 import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from support import FakeClock  # noqa: E402
-from tensorflow.python.training import basic_session_run_hooks  # noqa: E402
+from filelock import FileLock  # noqa: E402
+
+# TensorFlow and Keras are imported in the fixtures, not here: under pytest-xdist the controller
+# loads this file too, and importing them there held up every worker's start by about 10 s.
 
 FLAVOURS = ("keras", "tf_keras")
 
@@ -28,6 +29,8 @@ def K(request):
     what `tf.keras` means under TF_USE_LEGACY_KERAS=1; it can share a process
     with Keras 3.
     """
+    import keras
+
     if request.param == "keras":
         return keras
     if keras.backend.backend() != "tensorflow":
@@ -45,6 +48,9 @@ def K(request):
 @pytest.fixture
 def clock(monkeypatch):
     """A fake clock in place of the `time` module of the stock hooks (never sleeps)."""
+    from support import FakeClock
+    from tensorflow.python.training import basic_session_run_hooks
+
     fake = FakeClock()
     monkeypatch.setattr(basic_session_run_hooks, "time", fake)
     return fake
@@ -53,6 +59,8 @@ def clock(monkeypatch):
 @pytest.fixture
 def tf_info():
     """The messages TF's logger logs at INFO (the stock hooks' lines), as a TF1 script set it."""
+    import tensorflow as tf
+
     messages: list[str] = []
 
     class Collect(logging.Handler):
@@ -88,6 +96,27 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.quick)
 
 
+def pytest_collection_finish(session):
+    # What is alive once the tests are collected (TensorFlow, Keras) lives on: the collections
+    # after each test (below) need not go through it again.
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage_while_it_is_young():
+    """Collects each test's garbage at its end, not at some later test's allocation.
+
+    Keras 3's fit leaves a reference cycle through its epoch iterator when training stops
+    mid-epoch (a hook's stop request, an error), as it does without hooks. Only the garbage
+    collector frees that tf.data iterator, and deleting one that has lived long waits on its
+    threads: the suite stood still for 10 to 35 s at a time, a third of its time in one file
+    (tests/test_stock_hooks.py: 218 s, 155 s collecting after each test).
+    """
+    yield
+    gc.collect()
+
+
 # The Keras 3 backends that the README's test command does not install (`.[backends]` adds them).
 BACKEND_PACKAGES = {"jax": "jax", "torch": "torch"}
 
@@ -109,15 +138,28 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 @pytest.fixture(scope="session")
-def graph_mode_results():
+def graph_mode_results(tmp_path_factory):
     """`graph_mode_run.py`'s results: TF1 graph mode's scenarios in one process, eager tf_keras's in another.
 
     Graph mode is process-wide and cannot be undone, so its scenarios share one
     subprocess (tests/test_graph_mode.py, tests/test_invariance.py read the results);
-    the eager run, for comparison, runs beside it.
+    the eager run, for comparison, runs beside it. Under pytest-xdist the first
+    worker to ask runs them and the others read its results: a run costs a minute
+    of both cores.
     """
     if importlib.util.find_spec("tf_keras") is None:
         pytest.skip("tf_keras is not installed: pip install '.[test]' (or tf-keras)")
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return _run_graph_mode()
+    # The workers' temporary folders share this parent, one per pytest run.
+    shared = tmp_path_factory.getbasetemp().parent / "graph_mode_results.json"
+    with FileLock(f"{shared}.lock"):
+        if not shared.is_file():
+            shared.write_text(json.dumps(_run_graph_mode()))
+        return json.loads(shared.read_text())
+
+
+def _run_graph_mode() -> dict:
     run = pathlib.Path(__file__).parent / "graph_mode_run.py"
     processes = [
         subprocess.Popen(

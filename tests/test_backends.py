@@ -37,7 +37,7 @@ TIMEOUT_S = 1200
 @pytest.mark.slow
 @pytest.mark.parametrize("group", list(SUITE_GROUPS))
 @pytest.mark.parametrize("backend, package", [("jax", "jax"), ("torch", "torch")])
-def test_contract_suites_pass_on_backend(backend, package, group):
+def test_contract_suites_pass_on_backend(backend, package, group, tmp_path_factory):
     # Their slow tests are left out: each is TensorFlow's alone (the step's graph, the OOM report,
     # tf_keras's graph mode) and skips or repeats the TensorFlow run's work under another KERAS_BACKEND.
     if importlib.util.find_spec(package) is None:
@@ -46,6 +46,14 @@ def test_contract_suites_pass_on_backend(backend, package, group):
             "pip install '.[backends]' (CI does)"
         )
     env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
+    if backend == "jax":
+        # The suites compile the same small models' steps over and over: XLA's persistent cache,
+        # one per pytest run, compiles each once (test_callback.py on JAX: 30 s, 21 s with it).
+        env.update(
+            JAX_COMPILATION_CACHE_DIR=str(tmp_path_factory.getbasetemp().parent / "jax-cache"),
+            JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+            JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+        )
     command = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-m", "not slow"]
     done = subprocess.run(
         [*command, *SUITE_GROUPS[group]], cwd=TESTS, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
