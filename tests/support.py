@@ -248,6 +248,32 @@ BATCH = 32
 _X, _Y = make_data()
 
 
+class _OwnValues(Sequence):
+    """Each batch's own loss and metrics, computed when first read: most tests never read them.
+
+    At each batch end the recorder keeps the weights the step started from; the
+    first read runs `test_on_batch` of the reference copy on every batch kept.
+    """
+
+    def __init__(self, values: Callable[[Any, int], dict]) -> None:
+        self._values = values
+        self._kept: list[tuple[Any, int]] = []
+        self._done: list[dict] = []
+
+    def keep(self, weights: Any, batch: int) -> None:
+        self._kept.append((weights, batch))
+
+    def _all(self) -> list[dict]:
+        self._done += [self._values(weights, batch) for weights, batch in self._kept[len(self._done) :]]
+        return self._done
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._all()[index]
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
 def Recorder(
     K: Any,
     x: np.ndarray = _X,
@@ -266,20 +292,12 @@ def Recorder(
       from the training step: `test_on_batch` of a copy of the model (`reference(K)`,
       the same architecture and compile) holding the weights the step started
       from, on that batch. This is what TF1 tensors held and what hooks get
-      under `HookCallback(values="batch")`. None with `reference=None`.
+      under `HookCallback(values="batch")`. Computed when first read. None with
+      `reference=None`.
     """
     ref = None if reference is None else reference(K)  # made now: make_model seeds the RNGs
-    if ref is not None:
-        # Keras < 3.5's test_on_batch raises StopIteration on an unbuilt model's
-        # first call (its step traces twice when it creates variables): build it now.
-        ref.evaluate(x[:batch_size], y[:batch_size], batch_size=batch_size, verbose=0)
-    train_logs: list[dict] = []
-    test_logs: list[dict] = []
-    train_batch: list[dict] = []
-    test_batch: list[dict] = []
-    start: dict[str, Any] = {}
 
-    def own_values(model: Any, weights: Any, batch: int) -> dict:
+    def own_values(weights: Any, batch: int) -> dict:
         ref.set_weights(weights)
         part = slice(batch * batch_size, (batch + 1) * batch_size)
         w = None if sample_weight is None else sample_weight[part]
@@ -291,6 +309,11 @@ def Recorder(
             for key, value in values.items()
         }
 
+    train_logs: list[dict] = []
+    test_logs: list[dict] = []
+    train_batch, test_batch = _OwnValues(own_values), _OwnValues(own_values)
+    start: dict[str, Any] = {}
+
     def train_begin(batch: int, logs: Any) -> None:
         if ref is not None:
             start["weights"] = recorder.model.get_weights()
@@ -298,12 +321,12 @@ def Recorder(
     def train_end(batch: int, logs: Any) -> None:
         train_logs.append(dict(logs))
         if ref is not None:
-            train_batch.append(own_values(recorder.model, start["weights"], batch))
+            train_batch.keep(start["weights"], batch)
 
     def test_end(batch: int, logs: Any) -> None:
         test_logs.append(dict(logs))
         if ref is not None:
-            test_batch.append(own_values(recorder.model, recorder.model.get_weights(), batch))
+            test_batch.keep(recorder.model.get_weights(), batch)
 
     recorder = K.callbacks.LambdaCallback(
         on_train_batch_begin=train_begin, on_train_batch_end=train_end, on_test_batch_end=test_end
