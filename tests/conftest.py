@@ -111,10 +111,12 @@ def _collect_garbage_while_it_is_young():
     mid-epoch (a hook's stop request, an error), as it does without hooks. Only the garbage
     collector frees that tf.data iterator, and deleting one that has lived long waits on its
     threads: the suite stood still for 10 to 35 s at a time, a third of its time in one file
-    (tests/test_stock_hooks.py: 218 s, 155 s collecting after each test).
+    (tests/test_stock_hooks.py: 218 s, 155 s collecting after each test). What outlives the
+    test is then frozen, so that the next test's collection goes through its own objects only.
     """
     yield
     gc.collect()
+    gc.freeze()
 
 
 # The Keras 3 backends that the README's test command does not install (`.[backends]` adds them).
