@@ -22,6 +22,10 @@ is over, and makes sure nothing it holds outlives it:
   and `make_predict_function`, which each of those calls before its first step,
   close it first); the next run of any `HookCallback` in the thread;
   `HookCallback.close()`; interpreter exit.
+* A run whose Keras 3 loop stopped mid-epoch (a hook's stop request) closes
+  that epoch when it closes: Keras 3 leaves it in a reference cycle that holds
+  the epoch's data iterator until the garbage collector runs, and deleting a
+  tf.data iterator then can hold up a later step for seconds.
 * At interpreter exit, open runs are closed, so their events are on disk.
 """
 
@@ -35,7 +39,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any, Protocol
 
-from hooks2callbacks._seams import FileWriterCache
+from hooks2callbacks._seams import FileWriterCache, keras3_close_stopped_epoch
 
 
 class Run(Protocol):
@@ -223,6 +227,8 @@ def leave(run: Run) -> None:
         watched = record is not None and not any(r.model is record.model for r in _open.values())
     if watched and record is not None:
         _unwatch(record.model)
+    if record is not None:
+        keras3_close_stopped_epoch(record.frame)
     # Stock hooks write through SummaryWriterCache, which flushes only every
     # 120 s; what they wrote must be on disk when the run is over.
     with FileWriterCache._lock:  # pylint: disable=protected-access

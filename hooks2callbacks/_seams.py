@@ -30,6 +30,9 @@ Each seam, what it reaches, and what happens when that is missing:
   file (`tensorflow._api.v2.compat.v1`, and `tensorflow.compat.v1` once imported), each in
   a `TFModuleWrapper` (`_tfmw_wrapped_module`). A module not found is an ImportError at
   import; a third one would keep TF's own `assign`, whose error gets its note.
+* `keras3_close_stopped_epoch`: the `epoch_iterator` local of Keras 3's fit/evaluate/predict and
+  its `EpochIterator._epoch_iterator` generator. Nothing is closed: the garbage collector frees
+  the epoch's data later, as it does without hooks.
 * `nan_hook_loss`: `NanTensorHook._loss_tensor` (`check_migration`'s TF1 side of
   `estimator_hooks`). AttributeError.
 * `eager_outside_graph`: `context.eager_mode()`, an eager context while a (finalized) TF1 graph
@@ -87,6 +90,7 @@ note only, the frame of `tf.compat.v1.assign*` in a traceback (`_hook_errors`).
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Sequence
 from types import FrameType
@@ -120,6 +124,7 @@ __all__ = [
     "eager_outside_graph",
     "is_default_strategy",
     "jax_nested_tracer",
+    "keras3_close_stopped_epoch",
     "keras3_compile_metrics_leaves",
     "keras3_metric_containers",
     "keras3_multi_step",
@@ -325,6 +330,32 @@ def eager_outside_graph() -> Any:
 def is_default_strategy(strategy: Any) -> bool:
     """Whether `strategy` is TF's default (no) strategy. Checked on TF 2.18.1 and 2.21.0."""
     return strategy is distribute_lib._get_default_strategy()  # pylint: disable=protected-access
+
+
+def keras3_close_stopped_epoch(loop: FrameType | None) -> None:
+    """Closes the epoch that Keras 3's `loop` (the frame of its fit/evaluate/predict) stopped in.
+
+    `EpochIterator.__iter__` keeps the epoch's generator (`_epoch_iterator`),
+    whose frame keeps the `EpochIterator`. A loop that stops mid-epoch (a hook's
+    stop request) leaves that generator suspended: a cycle, which only the
+    garbage collector breaks, holding the epoch's data iterator. A tf.data
+    iterator deleted by a later collection can then hold up that step for
+    seconds (`benchmarks/fit_after_fit.py`). Closing the generator, after the
+    loop left it for good, breaks the cycle; the iterator goes with Keras's own
+    loop. Checked on Keras 3.8.0 and 3.15.1 (TensorFlow, JAX, PyTorch).
+
+    Args:
+        loop: The loop of a run that ends; a frame without that local (tf_keras's
+            loops, a training loop of the user's own) is left as it is.
+    """
+    # Loaded by every Keras 3 loop; absent from a process that never ran one.
+    epoch_iterator = getattr(sys.modules.get("keras.src.trainers.epoch_iterator"), "EpochIterator", None)
+    epoch = None if loop is None else loop.f_locals.get("epoch_iterator")
+    if epoch_iterator is None or not isinstance(epoch, epoch_iterator):
+        return
+    generator = getattr(epoch, "_epoch_iterator", None)
+    if inspect.isgenerator(generator) and inspect.getgeneratorstate(generator) == inspect.GEN_SUSPENDED:
+        generator.close()
 
 
 def nan_hook_loss(hook: Any, loss: Any) -> None:

@@ -424,20 +424,24 @@ def test_an_eval_callback_that_fit_ran_raises_no_warning(K, recwarn):
 
 
 @needs_backend("tensorflow", reason="Keras's other backends read arrays without tf.data")
-def test_a_finished_fit_leaves_no_cycle_that_holds_keras_data_iterator(K):
+@pytest.mark.parametrize("stop_at", [None, 12], ids=["to_the_end", "stopped_mid_epoch_by_hooks"])
+def test_a_finished_fit_leaves_no_cycle_that_holds_keras_data_iterator(K, stop_at):
     # The run kept Keras's loop frame, whose locals hold the callbacks: a cycle that kept the
     # fit's tf.data iterator until the garbage collector ran, and deleting it then stood still
-    # for seconds.
+    # for seconds. A stop mid-epoch left Keras 3's own cycle (its EpochIterator and the epoch's
+    # generator), which the run closes: in fit, and in an evaluate that eval hooks stopped.
     model = make_model(K)
-    hook = RecordingHook("h", [], fetches="loss")
+    hook = RecordingHook("h", [], fetches="loss", stop_at=stop_at)
+    evaluator = RecordingHook("e", [], fetches="loss", stop_at=None if stop_at is None else 0)
     gc.collect()
     gc.disable()
     try:
         # Only the fit's own: another test's data may hold an iterator all along.
         before = {id(o) for o in gc.get_objects() if isinstance(o, iterator_ops.OwnedIterator)}
         model.fit(X, Y, batch_size=32, epochs=2, verbose=0, callbacks=[HookCallback(hook)])
+        model.evaluate(X, Y, batch_size=32, verbose=0, callbacks=[HookCallback(evaluator, mode="eval")])
         alive = [o for o in gc.get_objects() if isinstance(o, iterator_ops.OwnedIterator) and id(o) not in before]
     finally:
         gc.enable()
-    assert len(hook.results) == 20
+    assert (len(hook.results), len(evaluator.results)) == ((20, 10) if stop_at is None else (13, 1))
     assert alive == []

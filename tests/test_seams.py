@@ -7,6 +7,8 @@ any behaviour test has to explain it.
 
 from __future__ import annotations
 
+import inspect
+import sys
 from typing import Any
 
 import keras
@@ -15,7 +17,7 @@ import pytest
 import tensorflow as tf
 from support import make_data, make_model, needs_backend
 
-from hooks2callbacks import HookCallback, _seams
+from hooks2callbacks import HookCallback, _runs, _seams
 
 T = tf.compat.v1.train
 X, Y = make_data(64)
@@ -124,6 +126,28 @@ def test_jax_nested_tracer_tells_the_gradient_trace_from_the_step_trace():
 
     step(np.ones(3, "float32"))
     assert seen == {"jit": False, "grad": True}
+
+
+@pytest.mark.parametrize("stop_after", [1, None], ids=["stopped_mid_epoch", "to_the_end"])
+def test_keras3_close_stopped_epoch_closes_the_epoch_generator_a_stop_left_suspended(stop_after):
+    seen = []
+
+    class Stop(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            self.model.stop_training = batch == stop_after
+
+        def on_train_end(self, logs=None):
+            loop = _runs.loop_frame()
+            generator = loop.f_locals["epoch_iterator"]._epoch_iterator
+            before = inspect.getgeneratorstate(generator)
+            _seams.keras3_close_stopped_epoch(loop)
+            seen.append((before, inspect.getgeneratorstate(generator)))
+
+    make_model(keras).fit(X, Y, batch_size=16, epochs=1, verbose=0, callbacks=[Stop()])
+    before = inspect.GEN_SUSPENDED if stop_after is not None else inspect.GEN_CLOSED
+    assert seen == [(before, inspect.GEN_CLOSED)]
+    _seams.keras3_close_stopped_epoch(None)  # no loop, and a frame without Keras's local: left alone
+    _seams.keras3_close_stopped_epoch(sys._getframe())
 
 
 def test_is_default_strategy():
