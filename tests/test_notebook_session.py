@@ -74,6 +74,7 @@ def quiet_tf_logger() -> Iterator[None]:
 
 def _live(kind: type) -> list[Any]:
     """Returns the objects of class `kind` (or a subclass) that the garbage collector tracks."""
+    gc.unfreeze()  # those of earlier tests too (tests/conftest.py freezes what outlives each)
     return [obj for obj in gc.get_objects() if isinstance(obj, kind)]
 
 
