@@ -24,8 +24,8 @@ is over, and makes sure nothing it holds outlives it:
   `HookCallback.close()`; interpreter exit.
 * A run whose Keras 3 loop stopped mid-epoch (a hook's stop request) closes
   that epoch when it closes: Keras 3 leaves it in a reference cycle that holds
-  the epoch's data iterator until the garbage collector runs, and deleting a
-  tf.data iterator then can hold up a later step for seconds.
+  the epoch's data iterator until the garbage collector runs, which then
+  deletes it (and waits on its threads) in some later step.
 * At interpreter exit, open runs are closed, so their events are on disk.
 """
 

@@ -338,11 +338,12 @@ def keras3_close_stopped_epoch(loop: FrameType | None) -> None:
     `EpochIterator.__iter__` keeps the epoch's generator (`_epoch_iterator`),
     whose frame keeps the `EpochIterator`. A loop that stops mid-epoch (a hook's
     stop request) leaves that generator suspended: a cycle, which only the
-    garbage collector breaks, holding the epoch's data iterator. A tf.data
-    iterator deleted by a later collection can then hold up that step for
-    seconds (`benchmarks/fit_after_fit.py`). Closing the generator, after the
-    loop left it for good, breaks the cycle; the iterator goes with Keras's own
-    loop. Checked on Keras 3.8.0 and 3.15.1 (TensorFlow, JAX, PyTorch).
+    garbage collector breaks, holding the epoch's data iterator (a tf.data
+    iterator's threads and buffers), which a later collection then deletes in
+    whatever step it runs. Closing the generator, after the loop left it for
+    good, breaks the cycle; the iterator goes with Keras's own loop, as a TF1
+    session let go of its input when it closed. Checked on Keras 3.8.0 and
+    3.15.1 (TensorFlow, JAX, PyTorch).
 
     Args:
         loop: The loop of a run that ends; a frame without that local (tf_keras's
